@@ -1,0 +1,199 @@
+"""The backend registry: names with parameters ("yoso:m=32,tau=8", "yoso-32"), plugins.
+
+A backend is a class registered under a name with typed parameters and defaults. A spec
+string picks the class and overrides parameters; the canonical spec (every parameter
+spelled out) names the backend in result rows, so a row says exactly what ran.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+import torch
+
+from attnbench.errors import UsageError
+
+ENTRY_POINT_GROUP = "attnbench.backends"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A backend parameter: default, a parser from text (raises ValueError), and help."""
+
+    default: Any
+    parse: Callable[[str], Any]
+    help: str = ""
+
+
+def int_param(default: int, lo: int = 1, hi: int | None = None, help: str = "") -> Param:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < lo or (hi is not None and value > hi):
+            raise ValueError(f"must be in {lo}..{hi}" if hi else f"must be >= {lo}")
+        return value
+
+    return Param(default, parse, help)
+
+
+def tau_param(default: int | str = 8) -> Param:
+    """tau: bits per hash code, 1..24, or "auto" = ceil(log2 n) as in YOSO's efficiency scripts."""
+
+    def parse(text: str) -> int | str:
+        if str(text).lower() == "auto":
+            return "auto"
+        value = int(text)
+        if not 1 <= value <= 24:
+            raise ValueError("must be in 1..24 or 'auto'")
+        return value
+
+    return Param(default, parse, "bits per hash code (1..24) or auto = ceil(log2 n)")
+
+
+def resolve_tau(tau: int | str, n: int) -> int:
+    return max(1, math.ceil(math.log2(n))) if tau == "auto" else int(tau)
+
+
+class Backend:
+    """An attention method callable as `backend(q, k, v, mask=None)` on [B, H, n, d] tensors.
+
+    `mask` is an optional bool [B, n] token mask (True = real token): masked keys get no
+    attention and the output rows of masked tokens are zero, for every backend alike.
+    """
+
+    name: ClassVar[str]
+    params: ClassVar[dict[str, Param]] = {}
+    shorthand: ClassVar[str | None] = None  # "yoso-32" sets this parameter to 32
+    complexity: ClassVar[str] = ""
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    backward: ClassVar[bool] = True
+    stochastic: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    def __init__(self, **values: Any):
+        self.values = {key: param.default for key, param in self.params.items()}
+        self.values.update(values)
+
+    def __call__(self, q, k, v, mask=None):
+        return self.forward(q, k, v, mask)
+
+    def forward(self, q, k, v, mask=None):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def attention_map(self, q, k, mask=None) -> torch.Tensor:
+        """Dense [B, H, n, n] attention weights for small n (what the maps and metrics show)."""
+        raise NotImplementedError(f"{self.name} has no dense attention map")
+
+    def predicted_bytes(self, batch: int, heads: int, n: int, d: int, itemsize: int) -> int:
+        """Bytes of the largest intermediates, to skip cases that cannot fit before running."""
+        return 0
+
+    def impl(self, device: str) -> str:
+        return "torch"
+
+    def with_values(self, **values: Any) -> Backend:
+        return type(self)(**{**self.values, **values})
+
+    @property
+    def spec(self) -> str:
+        if not self.values:
+            return self.name
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.values.items())
+
+    def __repr__(self) -> str:
+        return f"<backend {self.spec}>"
+
+
+_REGISTRY: dict[str, type[Backend]] = {}
+_plugins_loaded = False
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: make a backend available by its `name`."""
+    if not getattr(cls, "name", None):
+        raise TypeError(f"{cls.__name__} needs a `name` to be registered")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def load_plugins() -> None:
+    """Import third-party backends from the `attnbench.backends` entry-point group once.
+
+    An entry point may name a Backend subclass (registered here) or a module that registers
+    its backends on import. A broken plugin warns instead of breaking the tool.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a plugin must not take the tool down
+            warnings.warn(f"attnbench plugin {ep.name!r} failed to load: {exc}", stacklevel=2)
+            continue
+        if isinstance(obj, type) and issubclass(obj, Backend):
+            register(obj)
+
+
+def backend_classes() -> dict[str, type[Backend]]:
+    load_plugins()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def _find_class(name: str) -> tuple[type[Backend], dict[str, str]]:
+    classes = backend_classes()
+    if name in classes:
+        return classes[name], {}
+    base, dash, value = name.rpartition("-")
+    if dash and base in classes and classes[base].shorthand:
+        return classes[base], {classes[base].shorthand: value}
+    raise UsageError(f"unknown backend {name!r}; valid: {', '.join(classes)}")
+
+
+def get_backend(spec: str) -> Backend:
+    """Build a backend from a spec: "sdpa", "yoso:m=16,tau=8", "yoso-32", "yoso-32:tau=10"."""
+    if not spec or not spec.strip():
+        raise UsageError("empty backend name")
+    name, _, rest = spec.strip().partition(":")
+    cls, raw = _find_class(name.strip())
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, text = item.partition("=")
+        if not eq:
+            raise UsageError(f"backend {spec!r}: expected key=value, got {item!r}")
+        raw[key.strip()] = text.strip()
+    values = {}
+    for key, text in raw.items():
+        if key not in cls.params:
+            valid = ", ".join(cls.params) or "none"
+            raise UsageError(f"backend {cls.name!r} has no parameter {key!r}; valid: {valid}")
+        try:
+            values[key] = cls.params[key].parse(text)
+        except ValueError as exc:
+            raise UsageError(f"backend {cls.name!r}: bad {key}={text!r} ({exc})") from None
+    return cls(**values)
+
+
+def parse_backends(text: str) -> list[Backend]:
+    """A comma list of specs; commas inside a spec's parameters stay with that spec.
+
+    "softmax,yoso:m=16,tau=8,sdpa" -> softmax, yoso:m=16,tau=8, sdpa: an item containing
+    "=" continues the previous spec.
+    """
+    specs: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            raise UsageError(f"--backends: empty item in {text!r}")
+        if "=" in item and ":" not in item and specs:
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    backends = [get_backend(s) for s in specs]
+    seen = [b.spec for b in backends]
+    if len(set(seen)) != len(seen):
+        raise UsageError(f"--backends: a backend is listed twice in {text!r}")
+    return backends

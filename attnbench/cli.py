@@ -1,0 +1,311 @@
+"""The `attnbench` command line: parse and check options, hand a spec to a study, show rows.
+
+No math here. Every user mistake surfaces as one line `error: ...` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from typer.core import TyperGroup
+
+from attnbench.backends import backend_classes, parse_backends
+from attnbench.errors import UsageError
+from attnbench.inputs import KINDS, Inputs
+from attnbench.measure.env import environment
+from attnbench.plots import PLOT_SUFFIXES, plot_results
+from attnbench.results import ResultSink, Row, read_rows
+from attnbench.spec import (
+    non_negative,
+    output_path,
+    parse_dtype,
+    parse_sizes,
+    positive,
+    resolve_device,
+)
+from attnbench.studies.error import ErrorSpec, run_error
+from attnbench.studies.time import MODES, TimeSpec, run_time
+
+console = Console()
+progress_console = Console(stderr=True)
+
+
+class OneLineErrors(TyperGroup):
+    """Turns option-parsing errors and UsageError into one line on stderr and exit code 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except UsageError as exc:
+            code = _one_line_error(str(exc))
+        except (typer.Abort, KeyboardInterrupt):
+            typer.echo("interrupted", err=True)
+            code = 130
+        except Exception as exc:
+            if not hasattr(exc, "format_message"):  # not an option-parsing error: a real bug
+                raise
+            code = _one_line_error(exc.format_message())
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line_error(message: str) -> int:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    return 2
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    help="Benchmark and profile attention mechanisms: time, memory, error, maps.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+DEFAULT_TIME_BACKENDS = "softmax,sdpa,yoso-e,yoso-32"
+OUT_SUFFIXES = {"csv": (".csv",), "json": (".json",), "plot": PLOT_SUFFIXES}
+
+
+def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
+    return (
+        output_path(csv, "--csv", OUT_SUFFIXES["csv"]),
+        output_path(json, "--json", OUT_SUFFIXES["json"]),
+        output_path(plot, "--plot", OUT_SUFFIXES["plot"]),
+    )
+
+
+def _set_threads(threads: int | None) -> int:
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(positive(threads, "--threads"))
+    return torch.get_num_threads()
+
+
+def _run_study(
+    rows: Iterator[list[Row]], total: int, sink: ResultSink, advance_on: Callable
+) -> None:
+    """Drive a study under a progress bar, saving rows as each case finishes."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=progress_console, transient=True) as progress:
+        task = progress.add_task("starting", total=total)
+        advance_on(
+            lambda text: (
+                progress.update(task, description=text),
+                progress.advance(task) if progress.tasks[0].started else None,
+            )
+        )
+        for batch in rows:
+            for row in batch:
+                sink.add(row)
+        progress.update(task, completed=total)
+
+
+@app.command()
+def backends() -> None:
+    """List the backends, their parameters and defaults, cost, devices and backward support."""
+    table = Table(title="attnbench backends")
+    for column in ("name", "parameters (defaults)", "complexity", "devices", "backward", "about"):
+        table.add_column(column)
+    for name, cls in backend_classes().items():
+        params = ", ".join(f"{k}={p.default}" for k, p in cls.params.items()) or "-"
+        if cls.shorthand:
+            params += f"  ({name}-N sets {cls.shorthand})"
+        table.add_row(
+            name,
+            params,
+            cls.complexity,
+            ", ".join(cls.devices),
+            "yes" if cls.backward else "no",
+            cls.summary,
+        )
+    console.print(table)
+
+
+@app.command("time")
+def time_cmd(
+    seq: str = typer.Option(
+        "4096", help="lengths: 4096, a list 1k,4k or a doubling range 512..16384"
+    ),
+    batch: int = typer.Option(1, help="batch size"),
+    heads: int = typer.Option(4, help="attention heads"),
+    dim: int = typer.Option(64, help="head dimension d"),
+    dtype: str = typer.Option("float32", help="float32, float64, float16 or bfloat16"),
+    device: str = typer.Option("auto", help="auto, cpu or cuda"),
+    backends: str = typer.Option(DEFAULT_TIME_BACKENDS, help="comma list of backend specs"),
+    mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
+    repeats: int = typer.Option(10, help="timed samples per case"),
+    warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
+    seed: int = typer.Option(0, help="seed of the random inputs"),
+    threads: int = typer.Option(None, help="CPU threads for torch (default: torch's choice)"),
+    baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
+    csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
+    json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
+    plot: Path = typer.Option(None, help="draw time and memory vs n to this PNG/SVG/PDF"),
+) -> None:
+    """Runtime and peak memory vs sequence length (YOSO Fig. 7)."""
+    if mode not in MODES:
+        raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    spec = TimeSpec(
+        seqs=parse_sizes(seq, "--seq"),
+        backends=parse_backends(backends),
+        batch=positive(batch, "--batch"),
+        heads=positive(heads, "--heads"),
+        dim=positive(dim, "--dim"),
+        dtype=parse_dtype(dtype),
+        device=resolve_device(device),
+        mode=mode,
+        repeats=positive(repeats, "--repeats"),
+        warmup=non_negative(warmup, "--warmup"),
+        seed=seed,
+    )
+    csv, json, plot = _outputs(csv, json, plot)
+    sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
+    hooks: list[Callable] = []
+    rows = run_time(spec, on_case=lambda text: hooks[0](text))
+    _run_study(rows, spec.cases, sink, hooks.append)
+    console.print(_time_table(sink.rows, baseline))
+    _finish(sink, plot)
+
+
+@app.command("error")
+def error_cmd(
+    hashes: str = typer.Option("8..128", help="numbers of hashes m: 8..128 doubles 8, 16, ..."),
+    seq: str = typer.Option("64..4096", help="lengths n: a value, list or doubling range"),
+    tau: str = typer.Option("8", help="bits per hash code, 1..24, or auto = ceil(log2 n)"),
+    trials: int = typer.Option(3, help="independent seeds per case (mean and std)"),
+    inputs: str = typer.Option("clustered", help="random, clustered, or a .npz/.pt with q, k, v"),
+    backends: str = typer.Option("", help="also compare these backends with exact softmax"),
+    batch: int = typer.Option(1, help="batch size (generated inputs)"),
+    heads: int = typer.Option(4, help="attention heads (generated inputs)"),
+    dim: int = typer.Option(64, help="head dimension d (generated inputs)"),
+    dtype: str = typer.Option("float32", help="dtype the backends run in"),
+    device: str = typer.Option("auto", help="auto, cpu or cuda"),
+    seed: int = typer.Option(0, help="first seed; trial t uses seed + t"),
+    threads: int = typer.Option(None, help="CPU threads for torch"),
+    csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
+    json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
+    plot: Path = typer.Option(None, help="draw error vs n, a line per m, to PNG/SVG/PDF"),
+) -> None:
+    """Approximation error: YOSO-m vs YOSO-E over hashes and lengths (YOSO Fig. 8)."""
+    from attnbench.backends.registry import tau_param
+
+    try:
+        tau_value = tau_param().parse(tau)
+    except ValueError as exc:
+        raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
+    seqs = parse_sizes(seq, "--seq")
+    source = (
+        Inputs(
+            inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim")
+        )
+        if inputs in KINDS
+        else Inputs(inputs, 1, 1, 1)
+    )
+    source.check_lengths(seqs)
+    spec = ErrorSpec(
+        seqs=seqs,
+        hashes=parse_sizes(hashes, "--hashes"),
+        tau=tau_value,
+        trials=positive(trials, "--trials"),
+        inputs=source,
+        backends=parse_backends(backends) if backends.strip() else [],
+        dtype=parse_dtype(dtype),
+        device=resolve_device(device),
+        seed=seed,
+    )
+    csv, json, plot = _outputs(csv, json, plot)
+    sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
+    hooks: list[Callable] = []
+    rows = run_error(spec, on_step=lambda text: hooks[0](text))
+    _run_study(rows, spec.steps, sink, hooks.append)
+    console.print(_error_table(sink.rows))
+    _finish(sink, plot)
+
+
+@app.command("plot")
+def plot_cmd(
+    results: Path = typer.Argument(..., help="a CSV or JSON written by time or error"),
+    out: Path = typer.Option(None, "--out", "-o", help="figure path (default: results.png)"),
+) -> None:
+    """Redraw a study's figure from a saved result file."""
+    if not results.is_file():
+        raise UsageError(f"{results}: no such file")
+    out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
+    try:
+        frame = read_rows(results)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UsageError(f"{results}: cannot read results ({exc})") from None
+    plot_results(frame, out)
+    console.print(f"wrote {out}")
+
+
+def _finish(sink: ResultSink, plot: Path | None) -> None:
+    for path in (sink.csv, sink.json):
+        if path is not None:
+            console.print(f"wrote {path}")
+    if plot is not None:
+        from attnbench.results import rows_frame
+
+        plot_results(rows_frame(sink.rows), plot)
+        console.print(f"wrote {plot}")
+
+
+def _time_table(rows: list[Row], baseline: str) -> Table:
+    table = Table(title="attnbench time")
+    for column in (
+        "backend",
+        "n",
+        "median ms",
+        "p10-p90 ms",
+        "peak MiB",
+        f"speed-up vs {baseline}",
+        "status",
+    ):
+        table.add_column(column, justify="left" if column in ("backend", "status") else "right")
+    times = {(r.backend, r.seq): r for r in rows if r.metric == "time_ms"}
+    peaks = {(r.backend, r.seq): r.value for r in rows if r.metric == "peak_mib"}
+    base = {
+        r.seq: r.value
+        for r in times.values()
+        if r.status == "ok" and r.backend.partition(":")[0] == baseline
+    }
+    for (backend, n), r in times.items():
+        ok = r.status == "ok"
+        speedup = base.get(n) / r.value if ok and base.get(n) else None
+        status = r.status if not r.reason else f"{r.status}: {r.reason}"
+        table.add_row(
+            backend,
+            str(n),
+            f"{r.value:.3f}" if ok else "-",
+            f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
+            f"{peaks[(backend, n)]:.1f}" if (backend, n) in peaks else "-",
+            f"{speedup:.2f}x" if speedup else "-",
+            status,
+        )
+    return table
+
+
+def _error_table(rows: list[Row]) -> Table:
+    table = Table(title="attnbench error (mean +- std over trials)")
+    for column in ("backend", "n", "metric", "value", "std"):
+        table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
+    for r in rows:
+        table.add_row(r.backend, str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
+    return table
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,117 @@
+"""Q, K, V for the studies: Gaussian, clustered (concentrated attention), or from a file.
+
+All generators draw on the CPU from a seeded generator and then move to the device, so the
+same seed gives the same inputs everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attnbench.errors import UsageError
+
+KINDS = ("random", "clustered")
+FILE_SUFFIXES = (".npz", ".pt")
+CLUSTERS = 8  # clusters per head in `clustered` inputs
+SPREAD = 0.3  # noise around a cluster centre, relative to the centre's length
+
+
+def random_qkv(batch, heads, n, d, seed, gen_device="cpu"):
+    gen = torch.Generator(gen_device).manual_seed(seed)
+    return [torch.randn(batch, heads, n, d, generator=gen) for _ in range(3)]
+
+
+def clustered_qkv(batch, heads, n, d, seed):
+    """Queries and keys scattered tightly around a few shared centres, values Gaussian.
+
+    Each token's query and key sit near the same random centre, so attention concentrates
+    on the token's own cluster, as it does in trained models. Lengths are set so that
+    q.k/sqrt(d) is about 4 cos(angle): softmax is peaked but not one-hot.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    centres = F.normalize(torch.randn(batch, heads, CLUSTERS, d, generator=gen), dim=-1)
+    which = torch.randint(CLUSTERS, (batch, heads, n), generator=gen)
+    base = torch.gather(centres, 2, which[..., None].expand(-1, -1, -1, d))
+    scale = 2.0 * d**0.25
+
+    def near_centre():
+        noise = torch.randn(batch, heads, n, d, generator=gen) * (SPREAD / math.sqrt(d))
+        return F.normalize(base + noise, dim=-1) * scale
+
+    q, k = near_centre(), near_centre()
+    v = torch.randn(batch, heads, n, d, generator=gen)
+    return [q, k, v]
+
+
+def load_qkv(path: Path) -> list[torch.Tensor]:
+    """Read q, k, v from .npz or .pt; accept [n, d], [H, n, d] or [B, H, n, d]; validate."""
+    path = Path(path)
+    if path.suffix not in FILE_SUFFIXES:
+        raise UsageError(f"--inputs: {path} must be .npz or .pt (or one of {', '.join(KINDS)})")
+    if not path.is_file():
+        raise UsageError(f"--inputs: file {path} does not exist")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as data:
+                raw = {key: torch.from_numpy(data[key]) for key in data.files}
+        else:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
+        raise UsageError(f"--inputs: cannot read {path}: {exc}") from None
+    if not isinstance(raw, dict) or any(key not in raw for key in "qkv"):
+        raise UsageError(f"--inputs: {path} must hold arrays named q, k and v")
+    tensors = []
+    for key in "qkv":
+        t = torch.as_tensor(raw[key])
+        if not t.is_floating_point():
+            raise UsageError(f"--inputs: {key} in {path} is not a floating-point array")
+        if t.dim() not in (2, 3, 4):
+            raise UsageError(f"--inputs: {key} in {path} has {t.dim()} dims; want 2, 3 or 4")
+        while t.dim() < 4:
+            t = t.unsqueeze(0)
+        if not torch.isfinite(t).all():
+            raise UsageError(f"--inputs: {key} in {path} contains NaN or inf")
+        tensors.append(t)
+    q, k, v = tensors
+    if q.shape != k.shape or k.shape[:3] != v.shape[:3]:
+        raise UsageError(
+            f"--inputs: mismatched shapes in {path}: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} (q and k must match; v must share batch, heads and n)"
+        )
+    return tensors
+
+
+class Inputs:
+    """A source of (q, k, v) for a given length and trial seed."""
+
+    def __init__(self, kind: str, batch: int, heads: int, dim: int):
+        self.kind, self.batch, self.heads, self.dim = kind, batch, heads, dim
+        self.data = None
+        if kind not in KINDS:
+            self.data = load_qkv(Path(kind))
+            _, self.heads, self.max_n, self.dim = self.data[0].shape
+            self.batch = self.data[0].shape[0]
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.data is None else Path(self.kind).name
+
+    def check_lengths(self, seqs: list[int]) -> None:
+        if self.data is not None and max(seqs) > self.max_n:
+            raise UsageError(
+                f"--seq: {max(seqs)} is longer than the {self.max_n} tokens in {self.label}"
+            )
+
+    def make(self, n: int, seed: int, dtype: torch.dtype, device: str) -> list[torch.Tensor]:
+        if self.kind == "random":
+            qkv = random_qkv(self.batch, self.heads, n, self.dim, seed)
+        elif self.kind == "clustered":
+            qkv = clustered_qkv(self.batch, self.heads, n, self.dim, seed)
+        else:
+            qkv = [t[:, :, :n] for t in self.data]
+        return [t.to(device=device, dtype=dtype).contiguous() for t in qkv]

@@ -1,0 +1,161 @@
+"""Peak extra memory of one call, above a baseline that already holds the call's inputs.
+
+On CUDA the caching allocator keeps exact statistics. On Linux CPU the kernel's high-water
+mark (VmHWM) is reset through /proc/self/clear_refs just before the call, so the peak is
+exact rather than sampled. Elsewhere RSS is sampled in a background thread, which can miss
+short spikes and so gives a lower bound.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import resource
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attnbench.measure import is_cuda
+
+CLEAR_REFS = Path("/proc/self/clear_refs")
+PROC_STATUS = Path("/proc/self/status")
+PROC_STATM = Path("/proc/self/statm")
+SAMPLE_INTERVAL_S = 0.001
+
+
+@dataclass
+class PeakMemory:
+    """Peak extra bytes during a call and how they were obtained."""
+
+    bytes: int  # peak extra memory during the call, above the baseline
+    method: str  # "cuda-allocator" | "vmhwm" | "rss-sampled"
+
+
+def peak_memory(fn: Callable[[], object], device: str) -> PeakMemory:
+    """Call `fn` once and report the most memory it held beyond what existed before it."""
+    if is_cuda(device):
+        return _cuda_peak(fn, torch.device(device))
+    _release_free_heap()
+    if _reset_high_water_mark():
+        return _vmhwm_peak(fn)
+    return _sampled_peak(fn)
+
+
+def available_bytes(device: str) -> int:
+    """Memory a new case could still use, to skip cases that cannot fit before running them."""
+    if is_cuda(device):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    free = _meminfo_available()
+    if free is None:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = _cgroup_headroom()
+    return free if limit is None else min(free, limit)
+
+
+def _cuda_peak(fn: Callable[[], object], dev: torch.device) -> PeakMemory:
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    baseline = torch.cuda.memory_allocated(dev)
+    result = fn()
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - baseline
+    del result  # kept alive until read, so memory the call returns counts
+    return PeakMemory(int(peak), "cuda-allocator")
+
+
+def _vmhwm_peak(fn: Callable[[], object]) -> PeakMemory:
+    baseline = _status_kib("VmRSS")
+    result = fn()
+    peak = _status_kib("VmHWM") - baseline
+    del result
+    return PeakMemory(max(peak, 0) * 1024, "vmhwm")
+
+
+def _sampled_peak(fn: Callable[[], object]) -> PeakMemory:
+    baseline = _rss_bytes()
+    highest = baseline
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal highest
+        while not done.is_set():
+            highest = max(highest, _rss_bytes())
+            done.wait(SAMPLE_INTERVAL_S)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = fn()
+        highest = max(highest, _rss_bytes())
+    finally:
+        done.set()
+        sampler.join()
+    del result
+    return PeakMemory(max(highest - baseline, 0), "rss-sampled")
+
+
+def _release_free_heap() -> None:
+    """Free memory kept in the heap by earlier calls would be reused without RSS growth,
+    hiding the next call's allocations, so collect garbage and hand free pages back first."""
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to trim with
+
+
+def _reset_high_water_mark() -> bool:
+    """Writing 5 to clear_refs sets VmHWM to the current RSS (Linux only, may be forbidden)."""
+    try:
+        CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return _status_kib("VmHWM") >= 0
+
+
+def _status_kib(field: str) -> int:
+    for line in PROC_STATUS.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def _rss_bytes() -> int:
+    try:
+        resident_pages = int(PROC_STATM.read_text().split()[1])
+        return resident_pages * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        # No /proc: only the lifetime maximum is known, so growth of it is what we can see.
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return maxrss if sys.platform == "darwin" else maxrss * 1024
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _cgroup_headroom() -> int | None:
+    """A container's memory limit can be far below what the host reports as available."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+    except OSError:
+        return None
+    if limit == "max":
+        return None
+    return max(int(limit) - int(used), 0)

@@ -1,0 +1,108 @@
+"""Parsing of size lists and ranges ("4096", "1k,4k", "512..16384") and option checks.
+
+Everything here raises `UsageError` with a message that names the option, so the CLI can
+print it as one line before any work starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from attnbench.errors import UsageError
+
+_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
+_NUMBER = re.compile(r"^\s*(\d+)\s*([km]?)\s*$", re.IGNORECASE)
+
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def _number(text: str, option: str) -> int:
+    match = _NUMBER.match(text)
+    if not match:
+        raise UsageError(f"{option}: cannot read {text.strip()!r} as a size (e.g. 4096, 4k)")
+    value = int(match.group(1)) * _SUFFIX[match.group(2).lower()]
+    if value <= 0:
+        raise UsageError(f"{option}: sizes must be positive, got {text.strip()!r}")
+    return value
+
+
+def parse_sizes(text: str, option: str) -> list[int]:
+    """A comma list of sizes or doubling ranges: "4096", "1k,4k,16k", "512..16384", "8..128".
+
+    A range a..b means a, 2a, 4a, ... up to b. Duplicates are dropped, order kept.
+    """
+    if text is None or not text.strip():
+        raise UsageError(f"{option}: empty value")
+    sizes: list[int] = []
+    for item in text.split(","):
+        if not item.strip():
+            raise UsageError(f"{option}: empty item in {text!r}")
+        if ".." in item:
+            start_text, _, end_text = item.partition("..")
+            start, end = _number(start_text, option), _number(end_text, option)
+            if start > end:
+                raise UsageError(f"{option}: range {item.strip()} is empty (start > end)")
+            value = start
+            while value <= end:
+                sizes.append(value)
+                value *= 2
+        else:
+            sizes.append(_number(item, option))
+    return list(dict.fromkeys(sizes))
+
+
+def positive(value: int, option: str) -> int:
+    if value is None or value < 1:
+        raise UsageError(f"{option}: must be a positive integer, got {value}")
+    return value
+
+
+def non_negative(value: int, option: str) -> int:
+    if value is None or value < 0:
+        raise UsageError(f"{option}: must be zero or more, got {value}")
+    return value
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name.lower()]
+    except KeyError:
+        raise UsageError(f"--dtype: unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
+
+
+def resolve_device(name: str) -> str:
+    """'auto' picks cuda when a GPU is present; asking for cuda without one is a user error."""
+    name = name.lower()
+    if name not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device: unknown device {name!r}; valid: auto, cpu, cuda")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is available to PyTorch on this machine")
+    return name
+
+
+def output_path(path: Path | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
+    """Check an output path before any work: known suffix, existing writable directory."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.suffix.lower() not in suffixes:
+        raise UsageError(f"{option}: {path} must end in one of {', '.join(suffixes)}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{option}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{option}: directory {parent} is not writable")
+    if path.is_dir():
+        raise UsageError(f"{option}: {path} is a directory")
+    return path

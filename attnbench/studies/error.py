@@ -1,0 +1,109 @@
+"""The approximation-error study.
+
+YOSO Fig. 8: mean radian angle between YOSO-E and YOSO-m outputs for each number of hashes
+m and length n, mean +- std over trials (seeds). And for any other backend: its error
+against exact softmax computed in float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnbench.backends import Backend, get_backend
+from attnbench.backends.softmax import softmax_weights
+from attnbench.inputs import Inputs
+from attnbench.metrics import VS_SOFTMAX, mean_radian
+from attnbench.results import Row
+
+
+@dataclass
+class ErrorSpec:
+    seqs: list[int]
+    hashes: list[int]
+    tau: int | str = 8
+    trials: int = 3
+    inputs: Inputs = field(default_factory=lambda: Inputs("clustered", 1, 4, 64))
+    backends: list[Backend] = field(default_factory=list)
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    seed: int = 0
+
+    @property
+    def steps(self) -> int:
+        return len(self.seqs) * self.trials
+
+
+def exact_softmax(q, k, v) -> torch.Tensor:
+    """The float64 reference every backend is compared with."""
+    q, k, v = q.double(), k.double(), v.double()
+    return softmax_weights(q, k) @ v
+
+
+def run_error(
+    spec: ErrorSpec, on_step: Callable[[str], None] = lambda _: None
+) -> Iterator[list[Row]]:
+    """Yield, for each length, the rows of every backend once all its trials are done.
+
+    Trial t draws inputs with seed `seed + t` (generated inputs) and hashes with the same
+    seed, so each trial is an independent, reproducible draw.
+    """
+    yoso_e = get_backend("yoso-e").with_values(tau=spec.tau)
+    yoso = [get_backend("yoso").with_values(m=m, tau=spec.tau) for m in spec.hashes]
+    for n in spec.seqs:
+        errors: dict[tuple[str, str], list[float]] = {}
+        impl: dict[str, str] = {}
+        for trial in range(spec.trials):
+            on_step(f"n={n} trial {trial + 1}/{spec.trials}")
+            seed = spec.seed + trial
+            q, k, v = spec.inputs.make(n, seed, spec.dtype, spec.device)
+            with torch.no_grad():
+                expected = yoso_e(q, k, v)
+                for backend in yoso:
+                    trial_backend = backend.with_values(seed=seed)
+                    errors.setdefault((backend.spec, "radian_vs_yoso_e"), []).append(
+                        mean_radian(trial_backend(q, k, v), expected)
+                    )
+                    impl[backend.spec] = trial_backend.impl(spec.device)
+                if spec.backends:
+                    reference = exact_softmax(q, k, v)
+                for backend in spec.backends:
+                    trial_backend = (
+                        backend.with_values(seed=seed) if backend.stochastic else backend
+                    )
+                    out = trial_backend(q, k, v)
+                    impl[backend.spec] = trial_backend.impl(spec.device)
+                    for metric, fn in VS_SOFTMAX.items():
+                        errors.setdefault((backend.spec, metric), []).append(fn(out, reference))
+        yield [
+            _row(spec, n, name, impl[name], metric, values)
+            for (name, metric), values in errors.items()
+        ]
+
+
+def _row(spec: ErrorSpec, n: int, backend: str, impl: str, metric: str, values: list[float]):
+    vals = np.asarray(values, dtype=np.float64)
+    return Row(
+        study="error",
+        backend=backend,
+        impl=impl,
+        device=spec.device,
+        dtype=str(spec.dtype).removeprefix("torch."),
+        mode="fwd",
+        inputs=spec.inputs.label,
+        batch=spec.inputs.batch,
+        heads=spec.inputs.heads,
+        seq=n,
+        dim=spec.inputs.dim,
+        metric=metric,
+        value=float(vals.mean()),
+        unit="" if "frobenius" in metric else "rad" if "radian" in metric else "abs",
+        std=float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
+        count=len(vals),
+        p10=float(np.percentile(vals, 10)),
+        p90=float(np.percentile(vals, 90)),
+        samples=" ".join(f"{x:.6g}" for x in vals),
+    )

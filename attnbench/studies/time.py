@@ -1,0 +1,177 @@
+"""The efficiency study (YOSO Fig. 7, SCRAM Fig. 4): runtime and peak memory vs length.
+
+One case is one backend at one length. Inputs are made once per length, outside every
+timed region, and shared by all backends; each case yields its rows as soon as it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from attnbench.backends import Backend
+from attnbench.inputs import Inputs
+from attnbench.measure import is_cuda
+from attnbench.measure.memory import available_bytes, peak_memory
+from attnbench.measure.timing import time_call
+from attnbench.results import Row
+
+MODES = ("fwd", "bwd", "fwdbwd")
+MIB = 1024 * 1024
+HEADROOM = 0.8  # a case may use at most this share of the free memory
+
+
+@dataclass
+class TimeSpec:
+    seqs: list[int]
+    backends: list[Backend]
+    batch: int = 1
+    heads: int = 4
+    dim: int = 64
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    mode: str = "fwd"
+    repeats: int = 10
+    warmup: int = 10
+    seed: int = 0
+
+    @property
+    def cases(self) -> int:
+        return len(self.seqs) * len(self.backends)
+
+
+def run_time(
+    spec: TimeSpec, on_case: Callable[[str], None] = lambda _: None
+) -> Iterator[list[Row]]:
+    """Yield the rows of each finished case, one case at a time."""
+    source = Inputs("random", spec.batch, spec.heads, spec.dim)
+    for n in spec.seqs:
+        qkv = None
+        for backend in spec.backends:
+            on_case(f"{backend.spec} n={n}")
+            row = partial(_row, spec, backend, n)
+            reason = _skip_reason(spec, backend, n)
+            if reason:
+                yield [row("time_ms", unit="ms", status="skipped", reason=reason)]
+                continue
+            if qkv is None:
+                qkv = source.make(n, spec.seed, spec.dtype, spec.device)
+            try:
+                call = _timed_call(backend, qkv, spec.mode)
+                timing = time_call(call, spec.device, spec.repeats, spec.warmup)
+                memory = peak_memory(call, spec.device)
+            except (torch.OutOfMemoryError, MemoryError) as exc:
+                _release(spec.device)
+                yield [row("time_ms", unit="ms", status="oom", reason=_one_line(exc))]
+                continue
+            except Exception as exc:  # noqa: BLE001 - record it and go on with the sweep
+                _release(spec.device)
+                yield [
+                    row(
+                        "time_ms",
+                        unit="ms",
+                        status="error",
+                        reason=f"{type(exc).__name__}: {_one_line(exc)}",
+                    )
+                ]
+                continue
+            note = "" if timing.stable else "warm-up did not settle within the cap"
+            yield [
+                row(
+                    "time_ms",
+                    value=timing.median,
+                    unit="ms",
+                    p10=timing.p10,
+                    p90=timing.p90,
+                    count=len(timing.samples_ms),
+                    reason=note,
+                    samples=" ".join(f"{s:.6g}" for s in timing.samples_ms),
+                ),
+                row("first_call_ms", value=timing.first_call_ms, unit="ms", count=1),
+                row(
+                    "peak_mib",
+                    value=memory.bytes / MIB,
+                    unit="MiB",
+                    count=1,
+                    reason=f"method={memory.method}",
+                ),
+            ]
+
+
+def _row(spec: TimeSpec, backend: Backend, n: int, metric: str, **fields) -> Row:
+    return Row(
+        study="time",
+        backend=backend.spec,
+        impl=backend.impl(spec.device),
+        device=spec.device,
+        dtype=str(spec.dtype).removeprefix("torch."),
+        mode=spec.mode,
+        inputs="random",
+        batch=spec.batch,
+        heads=spec.heads,
+        seq=n,
+        dim=spec.dim,
+        metric=metric,
+        **fields,
+    )
+
+
+def _skip_reason(spec: TimeSpec, backend: Backend, n: int) -> str:
+    device_kind = "cuda" if is_cuda(spec.device) else spec.device
+    if device_kind not in backend.devices:
+        return f"{backend.name} does not run on {spec.device}"
+    if spec.mode != "fwd" and not backend.backward:
+        return f"{backend.name} has no backward pass"
+    itemsize = torch.empty((), dtype=spec.dtype).element_size()
+    need = backend.predicted_bytes(spec.batch, spec.heads, n, spec.dim, itemsize)
+    free = available_bytes(spec.device)
+    if need > HEADROOM * free:
+        return f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+    return ""
+
+
+def _timed_call(backend: Backend, qkv: list[torch.Tensor], mode: str) -> Callable[[], object]:
+    """The zero-argument call to time; anything it needs is prepared here, untimed."""
+    if mode == "fwd":
+
+        def forward():
+            with torch.no_grad():
+                return backend(*qkv)
+
+        return forward
+
+    leaves = [t.detach().requires_grad_(True) for t in qkv]
+    shape = backend(*leaves).shape
+    grad_out = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(qkv[0])
+
+    def clear_grads():
+        for t in leaves:
+            t.grad = None
+
+    if mode == "bwd":
+        out = backend(*leaves)
+
+        def backward():
+            clear_grads()
+            out.backward(grad_out, retain_graph=True)
+
+        return backward
+
+    def forward_backward():
+        clear_grads()
+        backend(*leaves).backward(grad_out)
+
+    return forward_backward
+
+
+def _release(device: str) -> None:
+    if is_cuda(device):
+        torch.cuda.empty_cache()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,150 @@
+"""Figures render from tidy rows in every supported format and refuse bad input clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.plots import PLOT_SUFFIXES, plot_results
+from attnbench.results import Row, read_rows, rows_frame
+
+SEQS = (256, 512, 1024)
+
+
+def _row(study, backend, seq, metric, value, **kw) -> Row:
+    base = dict(
+        study=study,
+        backend=backend,
+        impl="torch",
+        device="cpu",
+        dtype="float32",
+        mode="fwd",
+        inputs="random",
+        batch=2,
+        heads=4,
+        seq=seq,
+        dim=64,
+        metric=metric,
+        value=value,
+    )
+    return Row(**{**base, **kw})
+
+
+def _time_rows() -> list[Row]:
+    rows = []
+    for backend, scale in (("sdpa", 1.0), ("yoso:m=8,tau=8,seed=0", 0.5)):
+        for seq in SEQS:
+            t = scale * seq / 100
+            rows.append(
+                _row(
+                    "time",
+                    backend,
+                    seq,
+                    "time_ms",
+                    t,
+                    unit="ms",
+                    p10=0.9 * t,
+                    p90=1.2 * t,
+                    count=10,
+                )
+            )
+            rows.append(_row("time", backend, seq, "peak_mib", scale * seq / 10, unit="MiB"))
+            rows.append(_row("time", backend, seq, "first_call_ms", 10 * t, unit="ms"))
+    # Zero memory (not measured) must not break the log axis.
+    rows.append(_row("time", "softmax", 256, "peak_mib", 0.0, unit="MiB"))
+    rows.append(_row("time", "softmax", 256, "time_ms", 3.0, unit="ms"))
+    rows.append(_row("time", "sdpa", 2048, "time_ms", None, status="oom", reason="out of memory"))
+    return rows
+
+
+def _error_rows(with_softmax: bool = True) -> list[Row]:
+    rows = []
+    for m in (32, 8, 16):
+        backend = f"yoso:m={m},tau=8,seed=0"
+        for seq in SEQS:
+            rows.append(
+                _row("error", backend, seq, "radian_vs_yoso_e", 1 / m, std=0.1 / m, count=5)
+            )
+            if with_softmax:
+                rows.append(
+                    _row("error", backend, seq, "radian_vs_softmax", 0.5 + 1 / m, std=0.05, count=5)
+                )
+                rows.append(
+                    _row("error", backend, seq, "rel_frobenius_vs_softmax", 0.3, std=0.01, count=5)
+                )
+    return rows
+
+
+def _check_file(path) -> None:
+    data = path.read_bytes()
+    assert data
+    if path.suffix == ".png":
+        assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    elif path.suffix == ".svg":
+        assert b"<svg" in data
+    else:
+        assert data.startswith(b"%PDF")
+
+
+@pytest.mark.parametrize("suffix", PLOT_SUFFIXES)
+def test_time_figure_every_format(tmp_path, suffix):
+    path = tmp_path / f"time{suffix}"
+    plot_results(rows_frame(_time_rows()), path)
+    _check_file(path)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left behind
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+@pytest.mark.parametrize("with_softmax", [True, False])
+def test_error_figure(tmp_path, suffix, with_softmax):
+    path = tmp_path / f"error{suffix}"
+    plot_results(rows_frame(_error_rows(with_softmax)), path)
+    _check_file(path)
+
+
+def test_error_figure_with_only_softmax_rows(tmp_path):
+    rows = [r for r in _error_rows() if r.metric != "radian_vs_yoso_e"]
+    path = tmp_path / "error.png"
+    plot_results(rows_frame(rows), path)
+    _check_file(path)
+
+
+def test_varying_case_columns_still_plot(tmp_path):
+    rows = _time_rows() + [_row("time", "sdpa", s, "time_ms", s / 50, dim=128) for s in SEQS]
+    path = tmp_path / "time.png"
+    plot_results(rows_frame(rows), path)
+    _check_file(path)
+
+
+def test_csv_round_trip(tmp_path):
+    for name, rows in (("time", _time_rows()), ("error", _error_rows())):
+        csv = tmp_path / f"{name}.csv"
+        rows_frame(rows).to_csv(csv, index=False)
+        path = tmp_path / f"{name}.svg"
+        plot_results(read_rows(csv), path)
+        _check_file(path)
+
+
+def test_bad_extension(tmp_path):
+    with pytest.raises(ValueError, match=r"\.png"):
+        plot_results(rows_frame(_time_rows()), tmp_path / "time.jpg")
+    assert not list(tmp_path.iterdir())
+
+
+def test_mixed_studies(tmp_path):
+    df = rows_frame(_time_rows() + _error_rows())
+    with pytest.raises(ValueError, match="error, time"):
+        plot_results(df, tmp_path / "mixed.png")
+
+
+def test_only_failed_rows(tmp_path):
+    rows = [_row("time", "sdpa", s, "time_ms", None, status="oom") for s in SEQS]
+    rows.append(_row("time", "sdpa", 4096, "time_ms", 1.0, status="error"))
+    with pytest.raises(ValueError, match="no successful rows to plot"):
+        plot_results(rows_frame(rows), tmp_path / "failed.png")
+    assert not list(tmp_path.iterdir())
+
+
+def test_study_without_plottable_metric(tmp_path):
+    rows = [_row("time", "sdpa", s, "first_call_ms", 1.0) for s in SEQS]
+    with pytest.raises(ValueError, match="time_ms"):
+        plot_results(rows_frame(rows), tmp_path / "time.png")
