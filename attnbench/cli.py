@@ -6,6 +6,7 @@ No math here. Every user mistake surfaces as one line `error: ...` and exit code
 from __future__ import annotations
 
 import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from attnbench.backends import backend_classes, parse_backends
+from attnbench.backends import Backend, backend_classes, get_backend, parse_backends
 from attnbench.errors import UsageError
 from attnbench.inputs import KINDS, Inputs
 from attnbench.measure.env import environment
@@ -32,7 +33,7 @@ from attnbench.spec import (
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.time import MODES, TimeSpec, run_time
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping in logs
 progress_console = Console(stderr=True)
 
 
@@ -57,13 +58,14 @@ class OneLineErrors(TyperGroup):
 
 
 def _one_line_error(message: str) -> int:
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    if message.strip():  # empty when click has already shown the help instead
+        typer.echo(f"error: {' '.join(message.split())}", err=True)
     return 2
 
 
 app = typer.Typer(
     cls=OneLineErrors,
-    help="Benchmark and profile attention mechanisms: time, memory, error, maps.",
+    help="Benchmark and profile attention mechanisms: runtime, peak memory, approximation error.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -171,12 +173,13 @@ def time_cmd(
         warmup=non_negative(warmup, "--warmup"),
         seed=seed,
     )
+    baseline_backend = get_backend(baseline)
     csv, json, plot = _outputs(csv, json, plot)
     sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
     hooks: list[Callable] = []
     rows = run_time(spec, on_case=lambda text: hooks[0](text))
     _run_study(rows, spec.cases, sink, hooks.append)
-    console.print(_time_table(sink.rows, baseline))
+    console.print(_time_table(sink.rows, baseline_backend))
     _finish(sink, plot)
 
 
@@ -252,6 +255,34 @@ def plot_cmd(
     console.print(f"wrote {out}")
 
 
+@app.command("run")
+def run_cmd(
+    profile: Path = typer.Argument(..., help="a study file from profiles/, e.g. yoso-fig8.toml"),
+) -> None:
+    """Run a study described in a TOML profile (command + options), e.g. a paper's figure."""
+    argv = profile_argv(profile)
+    code = typer.main.get_command(app).main(args=argv, standalone_mode=False)
+    if code:
+        raise typer.Exit(code)
+
+
+def profile_argv(profile: Path) -> list[str]:
+    """`command = "error"` and an `[options]` table become `error --key value ...`."""
+    if not profile.is_file():
+        raise UsageError(f"{profile}: no such profile")
+    try:
+        doc = tomllib.loads(profile.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{profile}: not valid TOML ({exc})") from None
+    command = doc.get("command")
+    if command not in ("time", "error"):
+        raise UsageError(f'{profile}: `command` must be "time" or "error", got {command!r}')
+    argv = [command]
+    for key, value in doc.get("options", {}).items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
 def _finish(sink: ResultSink, plot: Path | None) -> None:
     for path in (sink.csv, sink.json):
         if path is not None:
@@ -263,37 +294,33 @@ def _finish(sink: ResultSink, plot: Path | None) -> None:
         console.print(f"wrote {plot}")
 
 
-def _time_table(rows: list[Row], baseline: str) -> Table:
+def _label(spec: str) -> str:
+    try:
+        return get_backend(spec).label
+    except UsageError:
+        return spec
+
+
+def _time_table(rows: list[Row], baseline: Backend) -> Table:
     table = Table(title="attnbench time")
-    for column in (
-        "backend",
-        "n",
-        "median ms",
-        "p10-p90 ms",
-        "peak MiB",
-        f"speed-up vs {baseline}",
-        "status",
-    ):
-        table.add_column(column, justify="left" if column in ("backend", "status") else "right")
+    for column in ("backend", "n", "median ms", "p10-p90 ms", "peak MiB"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    table.add_column(f"speed-up vs {baseline.label}", justify="right")
+    table.add_column("status")
     times = {(r.backend, r.seq): r for r in rows if r.metric == "time_ms"}
     peaks = {(r.backend, r.seq): r.value for r in rows if r.metric == "peak_mib"}
-    base = {
-        r.seq: r.value
-        for r in times.values()
-        if r.status == "ok" and r.backend.partition(":")[0] == baseline
-    }
+    base = {n: r.value for (b, n), r in times.items() if r.status == "ok" and b == baseline.spec}
     for (backend, n), r in times.items():
         ok = r.status == "ok"
-        speedup = base.get(n) / r.value if ok and base.get(n) else None
-        status = r.status if not r.reason else f"{r.status}: {r.reason}"
+        speedup = base[n] / r.value if ok and n in base else None
         table.add_row(
-            backend,
+            _label(backend),
             str(n),
             f"{r.value:.3f}" if ok else "-",
             f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
             f"{peaks[(backend, n)]:.1f}" if (backend, n) in peaks else "-",
             f"{speedup:.2f}x" if speedup else "-",
-            status,
+            f"{r.status}: {r.reason}" if r.reason else r.status,
         )
     return table
 
@@ -303,7 +330,7 @@ def _error_table(rows: list[Row]) -> Table:
     for column in ("backend", "n", "metric", "value", "std"):
         table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
     for r in rows:
-        table.add_row(r.backend, str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
+        table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
     return table
 
 

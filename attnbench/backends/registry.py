@@ -104,6 +104,16 @@ class Backend:
             return self.name
         return self.name + ":" + ",".join(f"{k}={v}" for k, v in self.values.items())
 
+    @property
+    def label(self) -> str:
+        """Short display name: only parameters that differ from the defaults, shorthand used."""
+        changed = {k: v for k, v in self.values.items() if v != self.params[k].default}
+        name = self.name
+        if self.shorthand and self.shorthand in self.values:
+            name = f"{self.name}-{self.values[self.shorthand]}"
+            changed.pop(self.shorthand, None)
+        return name + (":" + ",".join(f"{k}={v}" for k, v in changed.items()) if changed else "")
+
     def __repr__(self) -> str:
         return f"<backend {self.spec}>"
 

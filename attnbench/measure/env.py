@@ -12,7 +12,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -45,7 +45,7 @@ def environment(device: str, threads: int, seed: int | None) -> dict:
         "seed": seed,
         "command": shlex.join(sys.argv),
         "git_revision": _git_revision(),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "timer": timer_name(device),
     }
 

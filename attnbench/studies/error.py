@@ -84,6 +84,9 @@ def run_error(
         ]
 
 
+UNITS = {"radian": "rad", "rel_frobenius": "", "max_abs": "abs"}
+
+
 def _row(spec: ErrorSpec, n: int, backend: str, impl: str, metric: str, values: list[float]):
     vals = np.asarray(values, dtype=np.float64)
     return Row(
@@ -100,10 +103,13 @@ def _row(spec: ErrorSpec, n: int, backend: str, impl: str, metric: str, values: 
         dim=spec.inputs.dim,
         metric=metric,
         value=float(vals.mean()),
-        unit="" if "frobenius" in metric else "rad" if "radian" in metric else "abs",
+        unit=UNITS[metric.partition("_vs_")[0]],
         std=float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
         count=len(vals),
         p10=float(np.percentile(vals, 10)),
         p90=float(np.percentile(vals, 90)),
         samples=" ".join(f"{x:.6g}" for x in vals),
+        reason=f"trials use seeds {spec.seed}..{spec.seed + len(vals) - 1}"
+        if len(vals) > 1
+        else "",
     )

@@ -1,0 +1,1 @@
+"""numba kernels, one folder per algorithm; `target` picks where they run."""
