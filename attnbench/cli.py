@@ -21,7 +21,7 @@ from attnbench.errors import UsageError
 from attnbench.inputs import KINDS, Inputs
 from attnbench.measure.env import environment
 from attnbench.plots import PLOT_SUFFIXES, plot_results
-from attnbench.results import ResultSink, Row, read_rows
+from attnbench.results import ResultSink, Row, env_sidecar, read_rows
 from attnbench.spec import (
     non_negative,
     output_path,
@@ -43,6 +43,8 @@ class OneLineErrors(TyperGroup):
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
+            if code == 130:  # typer turns Ctrl-C into exit code 130 without a word
+                typer.echo("interrupted", err=True)
         except UsageError as exc:
             code = _one_line_error(str(exc))
         except (typer.Abort, KeyboardInterrupt):
@@ -76,11 +78,14 @@ OUT_SUFFIXES = {"csv": (".csv",), "json": (".json",), "plot": PLOT_SUFFIXES}
 
 
 def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
-    return (
+    paths = (
         output_path(csv, "--csv", OUT_SUFFIXES["csv"]),
         output_path(json, "--json", OUT_SUFFIXES["json"]),
         output_path(plot, "--plot", OUT_SUFFIXES["plot"]),
     )
+    if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
+        raise UsageError(f"--json: {json} is where --csv keeps its environment record")
+    return paths
 
 
 def _set_threads(threads: int | None) -> int:
@@ -277,8 +282,11 @@ def profile_argv(profile: Path) -> list[str]:
     command = doc.get("command")
     if command not in ("time", "error"):
         raise UsageError(f'{profile}: `command` must be "time" or "error", got {command!r}')
+    options = doc.get("options", {})
+    if not isinstance(options, dict):
+        raise UsageError(f"{profile}: [options] must be a table of option = value")
     argv = [command]
-    for key, value in doc.get("options", {}).items():
+    for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
 

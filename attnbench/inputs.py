@@ -67,11 +67,16 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
         raise UsageError(f"--inputs: {path} must hold arrays named q, k and v")
     tensors = []
     for key in "qkv":
-        t = torch.as_tensor(raw[key])
+        try:
+            t = torch.as_tensor(raw[key])
+        except (TypeError, ValueError, RuntimeError):
+            raise UsageError(f"--inputs: {key} in {path} is not a numeric array") from None
         if not t.is_floating_point():
             raise UsageError(f"--inputs: {key} in {path} is not a floating-point array")
         if t.dim() not in (2, 3, 4):
             raise UsageError(f"--inputs: {key} in {path} has {t.dim()} dims; want 2, 3 or 4")
+        if t.numel() == 0:
+            raise UsageError(f"--inputs: {key} in {path} is empty, shape {tuple(t.shape)}")
         while t.dim() < 4:
             t = t.unsqueeze(0)
         if not torch.isfinite(t).all():

@@ -107,6 +107,8 @@ def read_rows(path: Path) -> pd.DataFrame:
     path = Path(path)
     if path.suffix == ".json":
         doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+            raise ValueError(f"{path} is not an attnbench result file")
         df = pd.DataFrame(doc["rows"])
     else:
         df = pd.read_csv(path, keep_default_na=False, na_values=[""])

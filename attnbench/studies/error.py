@@ -32,6 +32,13 @@ class ErrorSpec:
     device: str = "cpu"
     seed: int = 0
 
+    def __post_init__(self):
+        # built here so that a bad m or tau fails before any work starts
+        self.yoso_e = get_backend(f"yoso-e:tau={self.tau}")
+        self.yoso = [
+            get_backend(f"yoso:m={m},tau={self.tau},seed={self.seed}") for m in self.hashes
+        ]
+
     @property
     def steps(self) -> int:
         return len(self.seqs) * self.trials
@@ -51,8 +58,7 @@ def run_error(
     Trial t draws inputs with seed `seed + t` (generated inputs) and hashes with the same
     seed, so each trial is an independent, reproducible draw.
     """
-    yoso_e = get_backend("yoso-e").with_values(tau=spec.tau)
-    yoso = [get_backend("yoso").with_values(m=m, tau=spec.tau) for m in spec.hashes]
+    yoso_e, yoso = spec.yoso_e, spec.yoso
     for n in spec.seqs:
         errors: dict[tuple[str, str], list[float]] = {}
         impl: dict[str, str] = {}

@@ -1,0 +1,568 @@
+"""The command line, driven through Typer's CliRunner: what each command writes, and how it fails.
+
+Sizes are tiny so the whole file runs in seconds on a small CPU; nothing asserts on timings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import traceback
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+import attnbench.cli as cli
+import attnbench.results as results_module
+import attnbench.studies.time as time_study
+from attnbench.backends import backend_classes, get_backend
+from attnbench.backends.softmax import Softmax
+from attnbench.metrics import mean_radian
+from attnbench.results import COLUMNS
+from attnbench.studies.error import exact_softmax
+
+runner = CliRunner()
+
+TINY = ["--repeats", "2", "--warmup", "1", "--heads", "1", "--dim", "8"]
+ALL_BACKENDS = ("softmax", "sdpa", "yoso", "yoso-e")
+TIME_METRICS = {"time_ms", "first_call_ms", "peak_mib"}
+VS_SOFTMAX = {"radian_vs_softmax", "rel_frobenius_vs_softmax", "max_abs_vs_softmax"}
+
+
+def invoke(*args):
+    return runner.invoke(cli.app, [str(a) for a in args])
+
+
+def assert_ok(result) -> None:
+    detail = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+    assert result.exit_code == 0, f"{result.output}\n{detail}"
+    assert "Traceback" not in result.output
+
+
+def assert_one_line_error(result, needle: str = "") -> str:
+    """Exit 2, stderr exactly one non-empty `error: ...` line, no traceback anywhere."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert line.startswith("error: ") and line[len("error: ") :].strip(), line
+    assert "Traceback" not in result.output
+    assert needle in line
+    return line
+
+
+def base_name(spec: str) -> str:
+    return spec.partition(":")[0]
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def save_qkv(path: Path, shape=(16, 8), **overrides) -> Path:
+    gen = np.random.default_rng(0)
+    arrays = {key: gen.standard_normal(shape).astype(np.float32) for key in "qkv"}
+    arrays.update(overrides)
+    arrays = {key: value for key, value in arrays.items() if value is not None}
+    if path.suffix == ".pt":
+        torch.save({key: torch.as_tensor(value) for key, value in arrays.items()}, path)
+    else:
+        np.savez(path, **arrays)
+    return path
+
+
+# ------------------------------------------------------------------------------ happy paths
+
+
+@pytest.fixture(scope="module")
+def time_run(tmp_path_factory):
+    """One tiny `time` sweep over every backend, writing CSV, JSON and a PNG."""
+    out = tmp_path_factory.mktemp("time_run")
+    paths = {"csv": out / "r.csv", "json": out / "r.json", "plot": out / "x.png"}
+    result = invoke(
+        "time",
+        "--seq",
+        "32,64",
+        *TINY,
+        "--backends",
+        ",".join(ALL_BACKENDS),
+        "--seed",
+        "7",
+        *(arg for key, path in paths.items() for arg in (f"--{key}", path)),
+    )
+    return result, out, paths
+
+
+def test_backends_lists_every_backend_with_its_parameters(monkeypatch):
+    monkeypatch.setattr(cli, "console", Console(width=400))
+    result = invoke("backends")
+    assert_ok(result)
+    cells = {}
+    for line in result.stdout.splitlines():
+        parts = [part.strip() for part in line.split("│")]
+        if len(parts) > 2 and parts[1]:
+            cells[parts[1]] = parts[2:]
+    for name in ALL_BACKENDS:
+        assert name in cells, result.stdout
+    classes = backend_classes()
+    for name in ALL_BACKENDS:
+        params = cells[name][0]
+        for key, param in classes[name].params.items():
+            assert f"{key}={param.default}" in params
+    assert cells["softmax"][0] == "-" and cells["sdpa"][0] == "-"
+    assert "m=32" in cells["yoso"][0] and "tau=8" in cells["yoso"][0]
+    assert "yoso-N sets m" in cells["yoso"][0]
+    assert cells["yoso-e"][0] == "tau=8"
+    assert cells["yoso"][3] == "no" and cells["yoso-e"][3] == "yes"  # backward column
+
+
+def test_time_writes_csv_json_plot_and_env_sidecar(time_run):
+    result, out, paths = time_run
+    assert_ok(result)
+    assert files_under(out) == ["r.csv", "r.env.json", "r.json", "x.png"]  # no temp files left
+
+    df = pd.read_csv(paths["csv"])
+    assert list(df.columns) == COLUMNS
+    assert (df["study"] == "time").all() and (df["status"] == "ok").all()
+    assert (df["device"] == "cpu").all() and (df["mode"] == "fwd").all()
+    assert (df["heads"] == 1).all() and (df["dim"] == 8).all() and (df["batch"] == 1).all()
+    got = sorted(zip(df["backend"].map(base_name), df["seq"], df["metric"], strict=True))
+    want = sorted((b, n, m) for b in ALL_BACKENDS for n in (32, 64) for m in TIME_METRICS)
+    assert got == want
+    times = df[df["metric"] == "time_ms"]
+    assert (times["count"] == 2).all()
+    assert times["samples"].map(lambda s: len(s.split())).eq(2).all()
+    assert (times["value"] > 0).all() and (times["p10"] <= times["p90"]).all()
+    assert (df.loc[df["metric"] == "first_call_ms", "value"] > 0).all()
+    assert (df.loc[df["metric"] == "peak_mib", "value"] >= 0).all()
+
+    sidecar = json.loads((out / "r.env.json").read_text())
+    assert isinstance(sidecar["command"], str) and sidecar["command"]
+    assert sidecar["seed"] == 7
+    assert sidecar["threads"] == torch.get_num_threads()
+    assert sidecar["torch"] == torch.__version__
+
+    doc = json.loads(paths["json"].read_text())
+    assert doc["env"] == sidecar
+    assert len(doc["rows"]) == len(df)
+    assert [r["metric"] for r in doc["rows"]] == list(df["metric"])
+
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_time_fwdbwd_skips_backends_without_backward_and_goes_on(tmp_path):
+    csv = tmp_path / "r.csv"
+    result = invoke(
+        "time", "--seq", "32,64", *TINY, "--mode", "fwdbwd",
+        "--backends", ",".join(ALL_BACKENDS), "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    assert (df["mode"] == "fwdbwd").all()
+    yoso = df[df["backend"].map(base_name) == "yoso"]
+    assert sorted(yoso["seq"]) == [32, 64]
+    assert (yoso["status"] == "skipped").all() and (yoso["metric"] == "time_ms").all()
+    assert yoso["reason"].str.contains("backward").all()
+    assert yoso["value"].isna().all()
+    rest = df[df["backend"].map(base_name) != "yoso"]
+    assert (rest["status"] == "ok").all()
+    got = sorted(zip(rest["backend"].map(base_name), rest["seq"], rest["metric"], strict=True))
+    want = sorted(
+        (b, n, m) for b in ("softmax", "sdpa", "yoso-e") for n in (32, 64) for m in TIME_METRICS
+    )
+    assert got == want
+
+
+def test_error_study_rows_for_every_m_and_n(tmp_path):
+    csv, svg = tmp_path / "e.csv", tmp_path / "e.svg"
+    result = invoke(
+        "error", "--hashes", "8..16", "--seq", "16..32", "--trials", "2", "--heads", "1",
+        "--dim", "8", "--backends", "sdpa,yoso-e", "--csv", csv, "--plot", svg,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert list(df.columns) == COLUMNS
+    assert (df["study"] == "error").all() and (df["status"] == "ok").all()
+    assert (df["count"] == 2).all()
+
+    yoso = df[df["metric"] == "radian_vs_yoso_e"]
+    pairs = sorted(
+        zip(yoso["backend"].str.extract(r"m=(\d+)")[0].astype(int), yoso["seq"], strict=True)
+    )
+    assert pairs == [(8, 16), (8, 32), (16, 16), (16, 32)]
+    assert yoso["value"].between(0, math.pi).all()
+    assert yoso["samples"].map(lambda s: len(s.split())).eq(2).all()
+
+    sdpa = df[df["backend"] == "sdpa"]
+    assert sorted(zip(sdpa["seq"], sdpa["metric"], strict=True)) == sorted(
+        (n, m) for n in (16, 32) for m in VS_SOFTMAX
+    )
+    assert (sdpa.loc[sdpa["metric"] == "radian_vs_softmax", "value"] < 1e-5).all()
+    yoso_e = df[df["backend"].map(base_name) == "yoso-e"]
+    assert set(yoso_e["metric"]) == VS_SOFTMAX and sorted(set(yoso_e["seq"])) == [16, 32]
+
+    text = svg.read_text()
+    assert "<svg" in text and text.rstrip().endswith("</svg>")
+
+
+@pytest.mark.parametrize(
+    ("source", "out"),
+    [("r.csv", "fig.svg"), ("r.json", "fig.pdf"), ("r.csv", None)],
+)
+def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, source, out):
+    _, run_dir, _ = time_run
+    saved = tmp_path / source
+    saved.write_bytes((run_dir / source).read_bytes())
+    args = ["plot", saved] + (["--out", tmp_path / out] if out else [])
+    result = invoke(*args)
+    assert_ok(result)
+    figure = tmp_path / (out or "r.png")
+    magic = {".svg": b"<?xml", ".pdf": b"%PDF", ".png": b"\x89PNG"}[figure.suffix]
+    assert figure.read_bytes().startswith(magic)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "batch", "heads"),
+    [
+        ("qkv.npz", (16, 4), 1, 1),
+        ("qkv.npz", (3, 16, 4), 1, 3),
+        ("qkv.npz", (2, 3, 16, 4), 2, 3),
+        ("qkv.pt", (2, 16, 4), 1, 2),
+    ],
+)
+def test_error_study_reads_inputs_from_a_file(tmp_path, name, shape, batch, heads):
+    path = save_qkv(tmp_path / name, shape)
+    csv = tmp_path / "r.csv"
+    result = invoke(
+        "error", "--inputs", path, "--seq", "8,16", "--hashes", "8", "--trials", "2",
+        "--backends", "yoso-e", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["inputs"] == name).all()
+    assert (df["batch"] == batch).all() and (df["heads"] == heads).all()
+    assert (df["dim"] == 4).all() and sorted(set(df["seq"])) == [8, 16]
+
+    # The file's own numbers were used: recompute yoso-e's error against softmax from it.
+    full = [torch.as_tensor(t).reshape(batch, heads, 16, 4) for t in _load(path)]
+    for n in (8, 16):
+        q, k, v = (t[:, :, :n] for t in full)
+        expected = mean_radian(get_backend("yoso-e")(q, k, v), exact_softmax(q, k, v))
+        row = df[(df["seq"] == n) & (df["metric"] == "radian_vs_softmax")]
+        assert row["value"].tolist() == pytest.approx([expected], abs=1e-6)
+
+
+def _load(path: Path):
+    if path.suffix == ".pt":
+        data = torch.load(path)
+        return [data[key] for key in "qkv"]
+    with np.load(path) as data:
+        return [data[key] for key in "qkv"]
+
+
+# ------------------------------------------------------------------------------ bad input
+
+TIME = [
+    "time", "--seq", "32", "--repeats", "1", "--warmup", "0", "--heads", "1", "--dim", "8",
+    "--backends", "sdpa", "--csv", "r.csv", "--json", "r.json", "--plot", "r.png",
+]  # fmt: skip
+ERROR = [
+    "error", "--hashes", "8", "--seq", "16", "--trials", "1", "--heads", "1", "--dim", "8",
+    "--inputs", "random", "--csv", "r.csv", "--json", "r.json", "--plot", "r.png",
+]  # fmt: skip
+TOML_TIME = [
+    "repeats = 1", "warmup = 0", "heads = 1", "dim = 8", 'backends = "sdpa"',
+    'csv = "r.csv"', 'json = "r.json"', 'plot = "r.png"',
+]  # fmt: skip
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is available here")
+
+
+def _case(id_, args, needle="", marks=()):
+    return pytest.param(args, needle, id=id_, marks=marks)
+
+
+BAD_INPUTS = [
+    _case("hashes-reversed-range", [*ERROR, "--hashes", "128..8"], "--hashes"),
+    _case("seq-not-a-number", [*TIME, "--seq", "abc"], "--seq"),
+    _case("seq-empty", [*TIME, "--seq", ""], "--seq"),
+    _case("seq-zero", [*TIME, "--seq", "0"], "--seq"),
+    _case("error-seq-not-a-number", [*ERROR, "--seq", "abc"], "--seq"),
+    _case("batch-zero", [*TIME, "--batch", "0"], "--batch"),
+    _case("heads-negative", [*TIME, "--heads", "-1"], "--heads"),
+    _case("dim-zero", [*TIME, "--dim", "0"], "--dim"),
+    _case("error-dim-zero", [*ERROR, "--dim", "0"], "--dim"),
+    _case("trials-zero", [*ERROR, "--trials", "0"], "--trials"),
+    _case("repeats-zero", [*TIME, "--repeats", "0"], "--repeats"),
+    _case("tau-zero", [*ERROR, "--tau", "0"], "--tau"),
+    _case("tau-too-big", [*ERROR, "--tau", "25"], "--tau"),
+    _case("backend-tau-too-big", [*TIME, "--backends", "yoso:tau=30"], "tau"),
+    _case("backend-unknown", [*TIME, "--backends", "nosuch"], "softmax"),
+    _case("backend-unknown-param", [*TIME, "--backends", "yoso:bogus=1"], "tau"),
+    _case("device-cuda-without-gpu", [*TIME, "--device", "cuda"], "cuda", NO_CUDA),
+    _case("dtype-unknown", [*TIME, "--dtype", "float8"], "float8"),
+    _case("mode-unknown", [*TIME, "--mode", "sideways"], "sideways"),
+    _case("csv-missing-directory", [*TIME, "--csv", "missing/r.csv"], "missing"),
+    _case("csv-parent-is-a-file", [*TIME, "--csv", "afile/r.csv"], "afile"),
+    _case("csv-unwritable-directory", [*TIME, "--csv", "locked/r.csv"], "writable"),
+    _case("error-json-missing-directory", [*ERROR, "--json", "missing/r.json"], "missing"),
+    _case("plot-bad-suffix", [*TIME, "--plot", "out.txt"], "--plot"),
+    _case("inputs-without-v", [*ERROR, "--inputs", "no_v.npz"], "q, k and v"),
+    _case("inputs-mismatched-shapes", [*ERROR, "--inputs", "mismatch.npz"], "mismatched"),
+    _case("inputs-nan", [*ERROR, "--inputs", "nan.npz"], "NaN"),
+    _case("inputs-inf", [*ERROR, "--inputs", "inf.npz"], "inf"),
+    _case("inputs-missing-file", [*ERROR, "--inputs", "nope.npz"], "nope.npz"),
+    _case("inputs-shorter-than-seq", [*ERROR, "--inputs", "short.npz", "--seq", "32"], "--seq"),
+    _case("plot-missing-file", ["plot", "nope.csv", "--out", "fig.png"], "nope.csv"),
+    _case("plot-not-a-result-file", ["plot", "notes.csv", "--out", "fig.png"], "notes.csv"),
+    _case("batch-not-an-integer", [*TIME, "--batch", "x"], "--batch"),
+    _case("baseline-unknown", [*TIME, "--baseline", "nosuch"], "nosuch"),
+    _case(
+        "json-is-the-csv-sidecar",
+        [*TIME[:-6], "--csv", "r.csv", "--json", "r.env.json"],
+        "environment record",
+    ),
+    _case("hashes-above-limit", [*ERROR[:2], "8192", *ERROR[3:]], "bad m"),
+    _case("run-missing-profile", ["run", "nope.toml"], "nope.toml"),
+    _case("run-invalid-toml", ["run", "broken.toml"], "broken.toml"),
+    _case("run-unknown-command", ["run", "plot.toml"], "command"),
+    _case("run-bad-option-value", ["run", "bad_seq.toml"], "--seq"),
+    _case(
+        "plot-json-that-is-not-an-object",
+        ["plot", "list.json", "--out", "fig.png"],
+        "list.json",
+    ),
+    _case(
+        "inputs-non-numeric-entry",
+        [*ERROR, "--inputs", "text.pt"],
+        "text.pt",
+    ),
+    _case(
+        "inputs-zero-size-dimension",
+        [*ERROR, "--inputs", "empty_d.npz", "--seq", "8"],
+        "empty_d.npz",
+    ),
+    _case(
+        "run-options-not-a-table",
+        ["run", "flat.toml"],
+        "flat.toml",
+    ),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A directory of bad inputs; `locked/` reads as unwritable to the option checks."""
+    monkeypatch.chdir(tmp_path)
+    save_qkv(tmp_path / "no_v.npz", v=None)
+    save_qkv(tmp_path / "mismatch.npz", k=np.ones((12, 8), np.float32))
+    save_qkv(tmp_path / "nan.npz", k=np.full((16, 8), np.nan, np.float32))
+    inf = np.ones((16, 8), np.float32)
+    inf[3, 2] = np.inf
+    save_qkv(tmp_path / "inf.npz", v=inf)
+    save_qkv(tmp_path / "short.npz", (16, 8))
+    save_qkv(tmp_path / "empty_d.npz", (16, 0))
+    torch.save({"q": "not numbers", "k": torch.ones(16, 8), "v": torch.ones(16, 8)}, "text.pt")
+    (tmp_path / "notes.csv").write_text("name,age\nada,36\n")
+    (tmp_path / "list.json").write_text("[1, 2, 3]\n")
+    (tmp_path / "afile").write_text("a regular file\n")
+    (tmp_path / "broken.toml").write_text('command = "time\n')
+    (tmp_path / "plot.toml").write_text('command = "plot"\n')
+    (tmp_path / "flat.toml").write_text('command = "time"\noptions = 3\n')
+    profile = "\n".join(['command = "time"', "[options]", *TOML_TIME, 'seq = "abc"'])
+    (tmp_path / "bad_seq.toml").write_text(profile + "\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+
+    real_access = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and Path(path).resolve() == locked.resolve():
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("attnbench.spec.os.access", access)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(workdir, args, needle):
+    before = files_under(workdir)
+    result = invoke(*args)
+    assert_one_line_error(result, needle)
+    assert files_under(workdir) == before
+
+
+def test_unknown_backend_message_lists_the_valid_names(workdir):
+    line = assert_one_line_error(invoke(*TIME, "--backends", "softmax,nosuch"), "nosuch")
+    for name in ALL_BACKENDS:
+        assert name in line
+
+
+def test_no_arguments_shows_help_without_an_empty_error_line():
+    result = invoke()
+    assert result.exit_code == 2
+    assert "Usage" in result.stdout and "time" in result.stdout
+    assert result.stderr.strip() == ""
+
+
+def test_run_executes_a_toml_profile(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lines = ['command = "time"', "[options]", 'seq = "32,64"', "warmup = 1", "repeats = 2"]
+    lines += ["heads = 1", "dim = 8", 'backends = "sdpa,yoso-e"', 'csv = "out/r.csv"']
+    (tmp_path / "out").mkdir()
+    (tmp_path / "tiny.toml").write_text("\n".join(lines) + "\n")
+    result = invoke("run", "tiny.toml")
+    assert_ok(result)
+    df = pd.read_csv(tmp_path / "out" / "r.csv")
+    assert (df["heads"] == 1).all() and (df["dim"] == 8).all()
+    got = sorted(zip(df["backend"].map(base_name), df["seq"], df["metric"], strict=True))
+    assert got == sorted(
+        (b, n, m) for b in ("sdpa", "yoso-e") for n in (32, 64) for m in TIME_METRICS
+    )
+
+
+# ------------------------------------------------------------------ interrupted or failing runs
+
+
+def test_interrupt_between_cases_keeps_every_complete_row(tmp_path, monkeypatch):
+    real_time_call = time_study.time_call
+    calls = []
+
+    def interrupted_on_second_case(fn, *args, **kwargs):
+        calls.append(fn)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_time_call(fn, *args, **kwargs)
+
+    monkeypatch.setattr(time_study, "time_call", interrupted_on_second_case)
+    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
+    result = invoke(
+        "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--csv", csv, "--json", js
+    )
+    assert result.exit_code == 130, result.output
+    assert "Traceback" not in result.output
+    assert len(calls) == 2  # the sweep stopped at the interrupt
+    assert files_under(tmp_path) == ["r.csv", "r.env.json", "r.json"]
+
+    df = pd.read_csv(csv)
+    assert list(df.columns) == COLUMNS
+    assert sorted(df["metric"]) == sorted(TIME_METRICS)
+    assert (df["backend"] == "sdpa").all() and (df["seq"] == 32).all()
+    assert (df["status"] == "ok").all() and df["value"].notna().all()
+    rows = json.loads(js.read_text())["rows"]
+    assert [(r["backend"], r["seq"], r["metric"]) for r in rows] == list(
+        zip(df["backend"], df["seq"], df["metric"], strict=True)
+    )
+
+
+def test_interrupt_says_so_on_stderr(tmp_path, monkeypatch):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(time_study, "time_call", interrupt)
+    result = invoke("time", "--seq", "32", *TINY, "--backends", "sdpa")
+    assert result.exit_code == 130
+    assert "interrupted" in result.stderr
+
+
+class _OsWithHalfWrites:
+    """`os` as seen by attnbench.results, whose CSV writes stop halfway at a chosen row count."""
+
+    def __init__(self, interrupt_at_rows: int):
+        self.interrupt_at_rows = interrupt_at_rows
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def fdopen(self, fd, *args, **kwargs):
+        return _HalfWriter(os.fdopen(fd, *args, **kwargs), self.interrupt_at_rows)
+
+
+class _HalfWriter:
+    def __init__(self, file, interrupt_at_rows: int):
+        self.file, self.interrupt_at_rows = file, interrupt_at_rows
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+        return False
+
+    def write(self, text: str) -> int:
+        if text.startswith("study,") and text.count("\n") == 1 + self.interrupt_at_rows:
+            self.file.write(text[: len(text) // 2])
+            self.file.flush()
+            raise KeyboardInterrupt
+        return self.file.write(text)
+
+
+def test_interrupt_during_a_write_leaves_the_previous_complete_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(results_module, "os", _OsWithHalfWrites(interrupt_at_rows=4))
+    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
+    result = invoke(
+        "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--csv", csv, "--json", js
+    )
+    assert result.exit_code == 130, result.output
+    assert "Traceback" not in result.output
+    assert files_under(tmp_path) == ["r.csv", "r.env.json", "r.json"]  # temp file removed
+    df = pd.read_csv(csv)
+    assert list(df.columns) == COLUMNS and len(df) == 3
+    assert (df["backend"] == "sdpa").all() and sorted(df["metric"]) == sorted(TIME_METRICS)
+    rows = json.loads(js.read_text())["rows"]
+    assert [r["metric"] for r in rows[:3]] == list(df["metric"])
+    json.loads((tmp_path / "r.env.json").read_text())
+
+
+def test_a_failing_backend_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    real_forward = Softmax.forward
+
+    def fails_at_32(self, q, k, v, mask=None):
+        if q.shape[-2] == 32:
+            raise RuntimeError("boom\nsecond line of the message")
+        return real_forward(self, q, k, v, mask)
+
+    monkeypatch.setattr(Softmax, "forward", fails_at_32)
+    csv = tmp_path / "r.csv"
+    result = invoke("time", "--seq", "32,64", *TINY, "--backends", "softmax,sdpa", "--csv", csv)
+    assert_ok(result)
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    failed = df[df["status"] == "error"]
+    assert len(failed) == 1
+    row = failed.iloc[0]
+    assert (row["backend"], row["seq"], row["metric"]) == ("softmax", 32, "time_ms")
+    assert row["reason"] == "RuntimeError: boom"
+    assert math.isnan(row["value"])
+    ok = df[df["status"] == "ok"]
+    got = sorted(zip(ok["backend"], ok["seq"], ok["metric"], strict=True))
+    want = [("sdpa", 32), ("softmax", 64), ("sdpa", 64)]
+    assert got == sorted((b, n, m) for b, n in want for m in TIME_METRICS)
+
+
+def test_a_crash_in_the_error_study_keeps_the_finished_lengths(tmp_path, monkeypatch):
+    real_forward = Softmax.forward
+
+    def fails_at_32(self, q, k, v, mask=None):
+        if q.shape[-2] == 32:
+            raise RuntimeError("boom")
+        return real_forward(self, q, k, v, mask)
+
+    monkeypatch.setattr(Softmax, "forward", fails_at_32)
+    csv = tmp_path / "r.csv"
+    result = invoke(
+        "error", "--hashes", "8", "--seq", "16..32", "--trials", "1", "--heads", "1",
+        "--dim", "8", "--backends", "softmax", "--csv", csv,
+    )  # fmt: skip
+    assert result.exit_code != 0
+    assert files_under(tmp_path) == ["r.csv", "r.env.json"]
+    df = pd.read_csv(csv)
+    assert list(df.columns) == COLUMNS
+    assert set(df["seq"]) == {16}
+    assert set(df["metric"]) == {"radian_vs_yoso_e"} | VS_SOFTMAX
