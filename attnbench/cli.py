@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -97,9 +98,12 @@ def _set_threads(threads: int | None) -> int:
 
 
 def _run_study(
-    rows: Iterator[list[Row]], total: int, sink: ResultSink, advance_on: Callable
+    study: Callable[[Callable[[str], None]], Iterator[list[Row]]], total: int, sink: ResultSink
 ) -> None:
-    """Drive a study under a progress bar, saving rows as each case finishes."""
+    """Drive a study under a progress bar, saving rows as each case finishes.
+
+    `study(on_step)` calls `on_step(text)` as each step starts, so the steps before it are done.
+    """
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -108,13 +112,14 @@ def _run_study(
     )
     with Progress(*columns, console=progress_console, transient=True) as progress:
         task = progress.add_task("starting", total=total)
-        advance_on(
-            lambda text: (
-                progress.update(task, description=text),
-                progress.advance(task) if progress.tasks[0].started else None,
-            )
-        )
-        for batch in rows:
+        started = 0
+
+        def on_step(text: str) -> None:
+            nonlocal started
+            progress.update(task, description=text, completed=started)
+            started += 1
+
+        for batch in study(on_step):
             for row in batch:
                 sink.add(row)
         progress.update(task, completed=total)
@@ -181,9 +186,7 @@ def time_cmd(
     baseline_backend = get_backend(baseline)
     csv, json, plot = _outputs(csv, json, plot)
     sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
-    hooks: list[Callable] = []
-    rows = run_time(spec, on_case=lambda text: hooks[0](text))
-    _run_study(rows, spec.cases, sink, hooks.append)
+    _run_study(partial(run_time, spec), spec.cases, sink)
     console.print(_time_table(sink.rows, baseline_backend))
     _finish(sink, plot)
 
@@ -236,9 +239,7 @@ def error_cmd(
     )
     csv, json, plot = _outputs(csv, json, plot)
     sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
-    hooks: list[Callable] = []
-    rows = run_error(spec, on_step=lambda text: hooks[0](text))
-    _run_study(rows, spec.steps, sink, hooks.append)
+    _run_study(partial(run_error, spec), spec.steps, sink)
     console.print(_error_table(sink.rows))
     _finish(sink, plot)
 
