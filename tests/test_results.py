@@ -6,7 +6,7 @@ import pytest
 from attnbench.results import COLUMNS, SCHEMA_VERSION, ResultSink, Row, env_sidecar, read_rows
 
 
-def make_row(seq=64, metric="time_ms", value=1.5):
+def make_row(seq=64, metric="time_ms", value=1.5, **fields):
     return Row(
         study="time",
         backend="sdpa",
@@ -26,6 +26,7 @@ def make_row(seq=64, metric="time_ms", value=1.5):
         p90=2.0,
         count=3,
         samples="1 1.5 2",
+        **fields,
     )
 
 
@@ -60,24 +61,7 @@ def test_json_round_trip(tmp_path):
 
 def test_failed_rows_keep_empty_values(tmp_path):
     sink = ResultSink({}, tmp_path / "r.csv")
-    sink.add(
-        Row(
-            study="time",
-            backend="softmax",
-            impl="torch",
-            device="cpu",
-            dtype="float32",
-            mode="fwd",
-            inputs="random",
-            batch=1,
-            heads=1,
-            seq=1 << 20,
-            dim=8,
-            metric="time_ms",
-            status="skipped",
-            reason="needs ~4096.0 GiB",
-        )
-    )
+    sink.add(make_row(1 << 20, value=None, status="skipped", reason="needs ~4096.0 GiB"))
     frame = read_rows(tmp_path / "r.csv")
     assert frame["value"].isna().all() and frame["reason"][0] == "needs ~4096.0 GiB"
 
