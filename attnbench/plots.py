@@ -96,7 +96,7 @@ def _m_of(spec: str) -> float | None:
 
 
 def _short_labels(specs: list[str]) -> tuple[dict[str, str], str | None]:
-    """Label backends "m=8" when they differ only in m; return labels and a legend title.
+    """Label backends "m=8" when several differ only in m; return labels and a legend title.
 
     Shortening is only safe when every spec with an m shares the family and all other
     parameters; the legend title then spells out what "m=..." stands for.
@@ -105,7 +105,7 @@ def _short_labels(specs: list[str]) -> tuple[dict[str, str], str | None]:
     with_m = [s for s in specs if _m_of(s) is not None]
     parsed = [_parse_spec(s) for s in with_m]
     rests = {(name, tuple(sorted((k, v) for k, v in p.items() if k != "m"))) for name, p in parsed}
-    if not with_m or len(rests) != 1 or len({p["m"] for _, p in parsed}) != len(with_m):
+    if len(with_m) < 2 or len(rests) != 1 or len({p["m"] for _, p in parsed}) != len(with_m):
         return labels, None
     for spec, (_, params) in zip(with_m, parsed, strict=True):
         labels[spec] = f"m={params['m']}"
