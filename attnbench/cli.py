@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 
 from attnbench.backends import Backend, backend_classes, get_backend, parse_backends
 from attnbench.errors import UsageError
-from attnbench.inputs import KINDS, Inputs
+from attnbench.inputs import Inputs
 from attnbench.measure.env import environment
 from attnbench.plots import PLOT_SUFFIXES, plot_results
 from attnbench.results import ResultSink, Row, env_sidecar, read_rows
@@ -218,12 +218,9 @@ def error_cmd(
     except ValueError as exc:
         raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
     seqs = parse_sizes(seq, "--seq")
-    source = (
-        Inputs(
-            inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim")
-        )
-        if inputs in KINDS
-        else Inputs(inputs, 1, 1, 1)
+    # a file's own shape replaces batch, heads and dim
+    source = Inputs(
+        inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim")
     )
     source.check_lengths(seqs)
     spec = ErrorSpec(
