@@ -1,0 +1,511 @@
+"""YOSO's kernels on the CPU: numba `njit(parallel=True)` over `prange` work units.
+
+Hashing gives the same int32 codes as the CUDA kernels bit for bit (same fp32 operations in
+the same order, no fastmath), so both targets see identical buckets. `cumulation` fills
+hash tables per worker, a chunk of hashes at a time (`core.hash_chunk`), so its memory is
+O(workers * chunk * 2^tau * width) however large m or d_v are. `weighted_cumulation`
+(and `cumulation` when tau is large for n) sorts the rows by code instead and handles one
+bucket at a time: no 2^tau tables at all, O(n) memory per worker.
+
+All functions take C-contiguous numpy arrays (float32 / int32) and overwrite all of `out`.
+The thread count is numba's (`numba.set_num_threads`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import float32, njit, prange, uint64
+
+from attnbench.kernels.lsh.core import hash_chunk, sign_code
+
+# Rows hashed together by the fast hash, the contiguous axis of its [d_pad, rows] buffer.
+# 64 = four AVX-512 vectors; with 16, LLVM unrolls the row loop and, unable to prove rows j
+# and j + h apart, leaves it scalar (10x slower).
+FAST_ROWS = 64
+# Rows a Gaussian-hash work unit projects at once (shares each projection row's loads).
+GAUSS_ROWS = 8
+# Widest block of value columns one cumulation work unit owns.
+MAX_WIDTH = 64
+# Most floats of the one dense bucket table of weighted_cumulation (16 KiB: stays in L1).
+BUCKET_FLOATS = 4096
+# cumulation sorts rows by code (as weighted_cumulation does) rather than filling tables
+# when there are more than this many buckets per write row.
+SPARSE_BUCKETS = 4
+# Bits per pass of the radix sort of codes.
+RADIX_BITS = 10
+
+__all__ = ["cumulation", "fast_codes", "gaussian_codes", "weighted_cumulation"]
+
+
+# --- hashing -------------------------------------------------------------------------
+
+
+@njit(parallel=True, cache=True)
+def _gaussian_codes(x, proj, tau, out):
+    groups, n, d = x.shape
+    m = out.shape[2]
+    cols = m * tau
+    blocks = (n + GAUSS_ROWS - 1) // GAUSS_ROWS
+    for unit in prange(groups * blocks):
+        g = unit // blocks
+        i0 = (unit % blocks) * GAUSS_ROWS
+        rows = min(GAUSS_ROWS, n - i0)
+        # All m*tau dot products of a row at once, c outer, so the loop over columns is
+        # contiguous and vectorises. Each sum is still core.gaussian_code's: fp32, in order
+        # c = 0 .. d-1 (four c per pass over acc only saves its loads and stores).
+        acc = np.zeros((GAUSS_ROWS, cols), np.float32)
+        c = 0
+        while c + 4 <= d:
+            p0, p1, p2, p3 = proj[g, c], proj[g, c + 1], proj[g, c + 2], proj[g, c + 3]
+            for r in range(rows):
+                x0, x1, x2, x3 = x[g, i0 + r, c : c + 4]
+                a = acc[r]
+                for k in range(cols):
+                    a[k] = (((a[k] + x0 * p0[k]) + x1 * p1[k]) + x2 * p2[k]) + x3 * p3[k]
+            c += 4
+        while c < d:
+            p0 = proj[g, c]
+            for r in range(rows):
+                x0 = x[g, i0 + r, c]
+                a = acc[r]
+                for k in range(cols):
+                    a[k] += x0 * p0[k]
+            c += 1
+        for r in range(rows):
+            for f in range(m):
+                out[g, i0 + r, f] = sign_code(acc[r], f * tau, tau)
+
+
+@njit(inline="always")
+def _hadamard_block(src, diag, y, dp):
+    """y = H (diag * src) for every column of src [dp, FAST_ROWS] (y may be src).
+
+    core.hadamard_inplace's butterflies (spans 1, 2, 4, ...; (a, b) -> (a + b, a - b)),
+    the same float operations on each row, but laid out for speed:
+    - the innermost loop runs over the block's rows, so even spans 1, 2, 4 work on whole
+      contiguous vectors (per row, they do not vectorise);
+    - two spans h, 2h per pass over y (radix 4): each group of four values is loaded once,
+      and the first pass also applies the diagonal.
+    """
+    if dp >= 4:
+        for j in range(0, dp, 4):
+            d0, d1, d2, d3 = diag[j], diag[j + 1], diag[j + 2], diag[j + 3]
+            a, b, c, e = src[j], src[j + 1], src[j + 2], src[j + 3]
+            ya, yb, yc, ye = y[j], y[j + 1], y[j + 2], y[j + 3]
+            for r in range(FAST_ROWS):
+                a0 = a[r] * d0
+                b0 = b[r] * d1
+                c0 = c[r] * d2
+                e0 = e[r] * d3
+                a1, b1, c1, e1 = a0 + b0, a0 - b0, c0 + e0, c0 - e0
+                ya[r], yb[r], yc[r], ye[r] = a1 + c1, b1 + e1, a1 - c1, b1 - e1
+        h = 4
+    else:
+        for j in range(dp):
+            for r in range(FAST_ROWS):
+                y[j, r] = src[j, r] * diag[j]
+        h = 1
+    while 2 * h < dp:
+        for i in range(0, dp, 4 * h):
+            for j in range(i, i + h):
+                ya, yb, yc, ye = y[j], y[j + h], y[j + 2 * h], y[j + 3 * h]
+                for r in range(FAST_ROWS):
+                    a1, b1 = ya[r] + yb[r], ya[r] - yb[r]
+                    c1, e1 = yc[r] + ye[r], yc[r] - ye[r]
+                    ya[r], yb[r], yc[r], ye[r] = a1 + c1, b1 + e1, a1 - c1, b1 - e1
+        h *= 4
+    if h < dp:
+        for j in range(h):
+            ya, yb = y[j], y[j + h]
+            for r in range(FAST_ROWS):
+                ya[r], yb[r] = ya[r] + yb[r], ya[r] - yb[r]
+
+
+@njit(parallel=True, cache=True)
+def _fast_codes(x, diags, tau, out):
+    groups, n, d = x.shape
+    m = out.shape[2]
+    parts, dp = diags.shape[1], diags.shape[3]
+    per_part = dp // tau
+    blocks = (n + FAST_ROWS - 1) // FAST_ROWS
+    for unit in prange(groups * blocks):
+        g = unit // blocks
+        i0 = (unit % blocks) * FAST_ROWS
+        rows = min(FAST_ROWS, n - i0)
+        # The block transposed to [coordinate, row] and zero-padded (missing rows too).
+        xt = np.zeros((dp, FAST_ROWS), np.float32)
+        for r in range(rows):
+            for c in range(d):
+                xt[c, r] = x[g, i0 + r, c]
+        y = np.empty((dp, FAST_ROWS), np.float32)
+        codes = np.empty(FAST_ROWS, np.int32)
+        for p in range(parts):
+            # y = H D3 H D2 H D1 x, as in the reference.
+            _hadamard_block(xt, diags[g, p, 0], y, dp)
+            _hadamard_block(y, diags[g, p, 1], y, dp)
+            _hadamard_block(y, diags[g, p, 2], y, dp)
+            # core.sign_code of every row, vectorised over the rows.
+            for j in range(min(per_part, m - p * per_part)):
+                codes[:] = 0
+                for t in range(tau):
+                    signs = y[j * tau + t]
+                    for r in range(FAST_ROWS):
+                        if signs[r] > 0:
+                            codes[r] |= 1 << t
+                for r in range(rows):
+                    out[g, i0 + r, p * per_part + j] = codes[r]
+
+
+def gaussian_codes(x: np.ndarray, proj: np.ndarray, tau: int, out: np.ndarray) -> None:
+    """Codes out [G, n, m] of x [G, n, d] by projections proj [G, d, m*tau].
+
+    out[g, i, f] = sum_t [x[g, i] . proj[g, :, f*tau + t] > 0] << t, equal to
+    core.gaussian_code (fp32 dot products summed in order over d).
+    """
+    _check(x, np.float32, 3)
+    _check(proj, np.float32, 3)
+    _check(out, np.int32, 3)
+    assert proj.shape[2] == out.shape[2] * tau and proj.shape[1] == x.shape[2]
+    _gaussian_codes(x, proj, tau, out)
+
+
+def fast_codes(x: np.ndarray, diags: np.ndarray, tau: int, out: np.ndarray) -> None:
+    """Codes out [G, n, m] of x [G, n, d] by the fast hash, diags [G, P, 3, d_pad] of +-1.
+
+    Transform p: y = H D3 H D2 H D1 x (x zero-padded to d_pad); its code j (index
+    p*(d_pad // tau) + j, kept if < m) packs the signs of y[j*tau : j*tau + tau].
+    Bit-equal to reference.fast_codes.
+    """
+    _check(x, np.float32, 3)
+    _check(diags, np.float32, 4)
+    _check(out, np.int32, 3)
+    dp = diags.shape[3]
+    assert dp & (dp - 1) == 0 and dp >= max(x.shape[2], tau)
+    assert diags.shape[1] * (dp // tau) >= out.shape[2]
+    _fast_codes(x, diags, tau, out)
+
+
+# --- cumulation ----------------------------------------------------------------------
+#
+# A work unit is (group, block of output columns): it owns out[g, :, c0:c1], so units never
+# race, and each worker allocates its buffers once for all its units.
+#
+# cumulation's tables: per chunk of hashes, write rows add their values into their bucket
+# of each hash's table, then read rows add up their buckets. Instead of zeroing 2^tau
+# buckets per chunk, a bucket is live only while its stamp equals the chunk's epoch: the
+# first write row to reach it overwrites it, later ones add, and read rows take the spare
+# all-zero bucket 2^tau instead of a dead one. So time is O(n m width), never O(2^tau m).
+#
+# Tables are flat and indexed by unsigned offsets (`_bucket`): with signed indices numba
+# adds a negative-index wraparound to every access, which stops the column loops from
+# vectorising (3-4x slower). Codes are masked to tau bits, so bad codes cannot write out
+# of bounds.
+
+
+@njit(inline="always")
+def _bucket(h, code, buckets, size):
+    """Offset of bucket `code` of table h in a flat array of `buckets` buckets per table."""
+    return (uint64(h) * uint64(buckets) + uint64(code)) * uint64(size)
+
+
+@njit(parallel=True, cache=True)
+def _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out):
+    groups, n_w, m = write_codes.shape
+    n_r = read_codes.shape[1]
+    dv = values.shape[2]
+    blocks = (dv + width - 1) // width
+    units = groups * blocks
+    top = (1 << tau) - 1
+    buckets = top + 2  # bucket top + 1 stays zero
+    scale = float32(1.0) / float32(m)
+    for worker in prange(workers):
+        tables = np.empty(chunk * buckets * width, np.float32)
+        stamps = np.zeros(chunk * buckets, np.int32)
+        for h in range(chunk):
+            start = _bucket(h, top + 1, buckets, width)
+            tables[start : start + width] = 0.0
+        epoch = 0
+        for unit in range(worker, units, workers):
+            g = unit // blocks
+            c0 = (unit % blocks) * width
+            cols = uint64(min(width, dv - c0))
+            for r in range(n_r):
+                out[g, r, c0 : c0 + cols] = 0.0
+            for f0 in range(0, m, chunk):
+                hashes = min(chunk, m - f0)
+                epoch += 1
+                for w in range(n_w):
+                    row = values[g, w, c0 : c0 + cols]
+                    codes = write_codes[g, w, f0 : f0 + hashes]
+                    for h in range(hashes):
+                        b = _bucket(h, codes[h] & top, buckets, 1)
+                        at = b * uint64(width)
+                        if stamps[b] == epoch:
+                            for k in range(cols):
+                                tables[at + k] += row[k]
+                        else:
+                            stamps[b] = epoch
+                            for k in range(cols):
+                                tables[at + k] = row[k]
+                for r in range(n_r):
+                    row = out[g, r, c0 : c0 + cols]
+                    codes = read_codes[g, r, f0 : f0 + hashes]
+                    for h in range(hashes):
+                        code = codes[h] & top
+                        if stamps[_bucket(h, code, buckets, 1)] != epoch:
+                            code = top + 1
+                        at = _bucket(h, code, buckets, width)
+                        for k in range(cols):
+                            row[k] += tables[at + k]
+            for r in range(n_r):
+                row = out[g, r, c0 : c0 + cols]
+                for k in range(cols):
+                    row[k] *= scale
+
+
+@njit
+def _sort_by_code(codes, tau, order, keys, spare_order, spare_keys, counts):
+    """Rows 0 .. n-1 sorted by code (stable LSD radix sort, RADIX_BITS per pass).
+
+    Returns (rows, their codes), each one of the two buffers passed in. Time is
+    O(n + 2^RADIX_BITS) per pass, so tau = 20 costs no 2^tau pass.
+    """
+    n = codes.shape[0]
+    top = (1 << tau) - 1
+    for i in range(n):
+        order[i] = i
+        keys[i] = codes[i] & top
+    shift = 0
+    while shift < tau:
+        bits = min(RADIX_BITS, tau - shift)
+        mask = (1 << bits) - 1
+        counts[: mask + 2] = 0
+        for i in range(n):
+            counts[((keys[i] >> shift) & mask) + 1] += 1
+        for b in range(mask + 1):
+            counts[b + 1] += counts[b]
+        for i in range(n):
+            b = (keys[i] >> shift) & mask
+            spare_order[counts[b]] = order[i]
+            spare_keys[counts[b]] = keys[i]
+            counts[b] += 1
+        order, spare_order = spare_order, order
+        keys, spare_keys = spare_keys, keys
+        shift += bits
+    return order, keys
+
+
+@njit(parallel=True, cache=True)
+def _weighted_cumulation(
+    read_codes, write_codes, weights, vectors, read_weights, tau, width, span, workers, out
+):
+    groups, n_w, m = write_codes.shape
+    n_r = read_codes.shape[1]
+    n_a, dv = weights.shape[2], vectors.shape[2]
+    blocks = (dv + width - 1) // width
+    units = groups * blocks
+    n = max(n_w, n_r)
+    scale = float32(1.0) / float32(m)
+    for worker in prange(workers):
+        buffers = np.empty((4, n), np.int32)
+        read_buffers = np.empty((4, n), np.int32)
+        counts = np.empty((1 << RADIX_BITS) + 1, np.int32)
+        # The one bucket being processed: table[a * wd + k] = sum_w weights[w, a0 + a] *
+        # vectors[w, c0 + k] over the write rows w in the bucket.
+        table = np.empty(span * width, np.float32)
+        for unit in range(worker, units, workers):
+            g = unit // blocks
+            c0 = (unit % blocks) * width
+            wd = min(width, dv - c0)
+            for r in range(n_r):
+                out[g, r, c0 : c0 + wd] = 0.0
+            for f in range(m):
+                w_rows, w_codes = _sort_by_code(
+                    write_codes[g, :, f],
+                    tau,
+                    buffers[0],
+                    buffers[1],
+                    buffers[2],
+                    buffers[3],
+                    counts,
+                )
+                r_rows, r_codes = _sort_by_code(
+                    read_codes[g, :, f],
+                    tau,
+                    read_buffers[0],
+                    read_buffers[1],
+                    read_buffers[2],
+                    read_buffers[3],
+                    counts,
+                )
+                # Walk both sorted lists; each bucket holding write and read rows is one
+                # small dense product, its table hot in L1.
+                i = 0
+                j = 0
+                while i < n_w and j < n_r:
+                    code = w_codes[i]
+                    i1 = i
+                    while i1 < n_w and w_codes[i1] == code:
+                        i1 += 1
+                    while j < n_r and r_codes[j] < code:
+                        j += 1
+                    j1 = j
+                    while j1 < n_r and r_codes[j1] == code:
+                        j1 += 1
+                    if j1 > j:
+                        for a0 in range(0, n_a, span):
+                            sa = min(span, n_a - a0)
+                            table[: sa * wd] = 0.0
+                            for w in w_rows[i:i1]:
+                                _add_products(
+                                    table, weights[g, w, a0 : a0 + sa], vectors[g, w, c0 : c0 + wd]
+                                )
+                            for r in r_rows[j:j1]:
+                                _add_weighted(
+                                    out[g, r, c0 : c0 + wd],
+                                    read_weights[g, r, a0 : a0 + sa],
+                                    table,
+                                )
+                    i = i1
+                    j = j1
+            for r in range(n_r):
+                row = out[g, r, c0 : c0 + wd]
+                for k in range(wd):
+                    row[k] *= scale
+
+
+@njit
+def _add_products(table, wts, row):
+    """table[a * wd + k] += wts[a] * row[k]: four columns a per pass over row."""
+    cols = uint64(row.shape[0])
+    a = 0
+    while a + 4 <= wts.shape[0]:
+        w0, w1, w2, w3 = wts[a], wts[a + 1], wts[a + 2], wts[a + 3]
+        o0 = uint64(a) * cols
+        o1 = o0 + cols
+        o2 = o1 + cols
+        o3 = o2 + cols
+        for k in range(cols):
+            x = row[k]
+            table[o0 + k] += w0 * x
+            table[o1 + k] += w1 * x
+            table[o2 + k] += w2 * x
+            table[o3 + k] += w3 * x
+        a += 4
+    while a < wts.shape[0]:
+        w0 = wts[a]
+        o0 = uint64(a) * cols
+        for k in range(cols):
+            table[o0 + k] += w0 * row[k]
+        a += 1
+
+
+@njit
+def _add_weighted(row, wts, table):
+    """row[k] += sum_a wts[a] * table[a * wd + k]: four columns a per pass over row."""
+    cols = uint64(row.shape[0])
+    a = 0
+    while a + 4 <= wts.shape[0]:
+        w0, w1, w2, w3 = wts[a], wts[a + 1], wts[a + 2], wts[a + 3]
+        o0 = uint64(a) * cols
+        o1 = o0 + cols
+        o2 = o1 + cols
+        o3 = o2 + cols
+        for k in range(cols):
+            row[k] += (w0 * table[o0 + k] + w1 * table[o1 + k]) + (
+                w2 * table[o2 + k] + w3 * table[o3 + k]
+            )
+        a += 4
+    while a < wts.shape[0]:
+        w0 = wts[a]
+        o0 = uint64(a) * cols
+        for k in range(cols):
+            row[k] += w0 * table[o0 + k]
+        a += 1
+
+
+def cumulation(
+    read_codes: np.ndarray,
+    write_codes: np.ndarray,
+    values: np.ndarray,
+    tau: int,
+    out: np.ndarray,
+) -> None:
+    """out [G, n_r, dv] = (1/m) sum_f sum_w [read_codes[g, r, f] == write_codes[g, w, f]]
+    values[g, w], with codes [G, n, m] in 0 .. 2^tau - 1 and values [G, n_w, dv]."""
+    _check_codes(read_codes, write_codes, tau)
+    _check(values, np.float32, 3)
+    _check(out, np.float32, 3)
+    groups, n_w, m = write_codes.shape
+    assert values.shape[:2] == (groups, n_w)
+    assert out.shape == (groups, read_codes.shape[1], values.shape[2])
+    if 1 << tau > SPARSE_BUCKETS * n_w:
+        # Sparse tables (large tau, few rows): most buckets are empty and touching fresh
+        # table pages would dominate, so sort by code instead; weights of 1 are exact.
+        ones_w = np.ones((groups, n_w, 1), np.float32)
+        ones_r = np.ones((groups, read_codes.shape[1], 1), np.float32)
+        weighted_cumulation(read_codes, write_codes, ones_w, values, ones_r, tau, out)
+        return
+    width, workers = _column_blocks(groups, values.shape[2])
+    chunk = hash_chunk(m, tau, width)
+    _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out)
+
+
+def weighted_cumulation(
+    read_codes: np.ndarray,
+    write_codes: np.ndarray,
+    weights: np.ndarray,
+    vectors: np.ndarray,
+    read_weights: np.ndarray,
+    tau: int,
+    out: np.ndarray,
+) -> None:
+    """out [G, n_r, D] = (1/m) sum_f sum_w [match] <read_weights[g, r], weights[g, w]>
+    vectors[g, w]; weights [G, n_w, A], vectors [G, n_w, D], read_weights [G, n_r, A].
+
+    YOSO's lower-bound backward (dQ, dK) in O(n m A D) time. Per hash, rows are sorted by
+    code; each bucket is then a small dense product: its table sum_w weights[w]^T vectors[w]
+    (A x D floats, in L1) is built from its write rows and applied to its read rows.
+    """
+    _check_codes(read_codes, write_codes, tau)
+    for array in (weights, vectors, read_weights, out):
+        _check(array, np.float32, 3)
+    groups, n_w, m = write_codes.shape
+    n_r, n_a = read_codes.shape[1], weights.shape[2]
+    assert weights.shape[:2] == vectors.shape[:2] == (groups, n_w)
+    assert read_weights.shape == (groups, n_r, n_a)
+    assert out.shape == (groups, n_r, vectors.shape[2])
+    width, workers = _column_blocks(groups, vectors.shape[2])
+    span = max(1, min(n_a, BUCKET_FLOATS // width))
+    _weighted_cumulation(
+        read_codes, write_codes, weights, vectors, read_weights, tau, width, span, workers, out
+    )
+
+
+def _column_blocks(groups: int, dv: int) -> tuple[int, int]:
+    """Column width of a work unit, and how many workers share the units.
+
+    Units are (group, column block); with few groups the columns are split finer so that
+    every thread gets a unit (G = 1 still uses all cores when d_v allows).
+    """
+    threads = numba.get_num_threads()
+    blocks = min(dv, max(-(-dv // MAX_WIDTH), -(-threads // groups)))
+    width = -(-dv // blocks)
+    units = groups * -(-dv // width)
+    return width, min(threads, units)
+
+
+def _check(array: np.ndarray, dtype, ndim: int) -> None:
+    assert array.dtype == dtype and array.ndim == ndim and array.flags.c_contiguous, (
+        f"expected a C-contiguous {np.dtype(dtype)} array of rank {ndim}, got "
+        f"{array.dtype} {array.shape}"
+    )
+
+
+def _check_codes(read_codes: np.ndarray, write_codes: np.ndarray, tau: int) -> None:
+    _check(read_codes, np.int32, 3)
+    _check(write_codes, np.int32, 3)
+    assert 1 <= tau <= 30
+    g, _, m = write_codes.shape
+    assert read_codes.shape[0] == g and read_codes.shape[2] == m
