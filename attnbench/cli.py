@@ -90,10 +90,13 @@ def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
 
 
 def _set_threads(threads: int | None) -> int:
+    """One thread count for torch and the numba kernels, so comparisons are like for like."""
+    import numba
     import torch
 
     if threads is not None:
         torch.set_num_threads(positive(threads, "--threads"))
+    numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
     return torch.get_num_threads()
 
 
@@ -161,7 +164,7 @@ def time_cmd(
     repeats: int = typer.Option(10, help="timed samples per case"),
     warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
     seed: int = typer.Option(0, help="seed of the random inputs"),
-    threads: int = typer.Option(None, help="CPU threads for torch (default: torch's choice)"),
+    threads: int = typer.Option(None, help="CPU threads for torch and numba (default: torch's)"),
     baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
     csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
     json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
@@ -205,7 +208,7 @@ def error_cmd(
     dtype: str = typer.Option("float32", help="dtype the backends run in"),
     device: str = typer.Option("auto", help="auto, cpu or cuda"),
     seed: int = typer.Option(0, help="first seed; trial t uses seed + t"),
-    threads: int = typer.Option(None, help="CPU threads for torch"),
+    threads: int = typer.Option(None, help="CPU threads for torch and numba"),
     csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
     json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
     plot: Path = typer.Option(None, help="draw error vs n, a line per m, to PNG/SVG/PDF"),

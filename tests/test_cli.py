@@ -120,7 +120,7 @@ def test_backends_lists_every_backend_with_its_parameters(monkeypatch):
     assert "m=32" in cells["yoso"][0] and "tau=8" in cells["yoso"][0]
     assert "yoso-N sets m" in cells["yoso"][0]
     assert cells["yoso-e"][0] == "tau=8"
-    assert cells["yoso"][3] == "no" and cells["yoso-e"][3] == "yes"  # backward column
+    assert cells["yoso"][3] == "yes" and cells["yoso-e"][3] == "yes"  # backward column
 
 
 def test_time_writes_csv_json_plot_and_env_sidecar(time_run):
@@ -157,7 +157,7 @@ def test_time_writes_csv_json_plot_and_env_sidecar(time_run):
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_time_fwdbwd_skips_backends_without_backward_and_goes_on(tmp_path):
+def test_time_fwdbwd_runs_every_backend_with_yoso_kernels(tmp_path):
     csv = tmp_path / "r.csv"
     result = invoke(
         "time", "--seq", "32,64", *TINY, "--mode", "fwdbwd",
@@ -165,7 +165,22 @@ def test_time_fwdbwd_skips_backends_without_backward_and_goes_on(tmp_path):
     )  # fmt: skip
     assert_ok(result)
     df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
-    assert (df["mode"] == "fwdbwd").all()
+    assert (df["mode"] == "fwdbwd").all() and (df["status"] == "ok").all()
+    got = sorted(zip(df["backend"].map(base_name), df["seq"], df["metric"], strict=True))
+    assert got == sorted((b, n, m) for b in ALL_BACKENDS for n in (32, 64) for m in TIME_METRICS)
+    impl = dict(zip(df["backend"].map(base_name), df["impl"], strict=False))
+    assert impl["yoso"] == "numba-cpu" and impl["sdpa"] == "torch"
+
+
+def test_time_fwdbwd_skips_backends_without_backward_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(backend_classes()["yoso"], "backward", False)
+    csv = tmp_path / "r.csv"
+    result = invoke(
+        "time", "--seq", "32,64", *TINY, "--mode", "fwdbwd",
+        "--backends", ",".join(ALL_BACKENDS), "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
     yoso = df[df["backend"].map(base_name) == "yoso"]
     assert sorted(yoso["seq"]) == [32, 64]
     assert (yoso["status"] == "skipped").all() and (yoso["metric"] == "time_ms").all()

@@ -14,10 +14,10 @@ def test_builtin_backends_are_listed():
     "spec, canonical",
     [
         ("sdpa", "sdpa"),
-        ("yoso", "yoso:m=32,tau=8,seed=0,hash=gaussian"),
-        ("yoso-16", "yoso:m=16,tau=8,seed=0,hash=gaussian"),
-        ("yoso:m=16,tau=10", "yoso:m=16,tau=10,seed=0,hash=gaussian"),
-        ("yoso-64:tau=auto,seed=3", "yoso:m=64,tau=auto,seed=3,hash=gaussian"),
+        ("yoso", "yoso:m=32,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"),
+        ("yoso-16", "yoso:m=16,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"),
+        ("yoso:m=16,tau=10", "yoso:m=16,tau=10,seed=0,hash=fast,impl=numba,backward=lsh"),
+        ("yoso-64:tau=auto,seed=3", "yoso:m=64,tau=auto,seed=3,hash=fast,impl=numba,backward=lsh"),
         ("yoso-e", "yoso-e:tau=8"),
         (" yoso-e:tau=12 ", "yoso-e:tau=12"),
     ],
@@ -49,7 +49,12 @@ def test_bad_specs(spec, fragment):
 
 def test_parse_backends_keeps_parameter_commas():
     specs = [b.spec for b in parse_backends("softmax,yoso:m=16,tau=4,sdpa,yoso-e:tau=6")]
-    assert specs == ["softmax", "yoso:m=16,tau=4,seed=0,hash=gaussian", "sdpa", "yoso-e:tau=6"]
+    assert specs == [
+        "softmax",
+        "yoso:m=16,tau=4,seed=0,hash=fast,impl=numba,backward=lsh",
+        "sdpa",
+        "yoso-e:tau=6",
+    ]
     with pytest.raises(UsageError, match="twice"):
         parse_backends("yoso-32,yoso")
     with pytest.raises(UsageError, match="empty item"):

@@ -20,7 +20,12 @@ def simulator_enabled() -> bool:
 
 def kernel_target(tensor: torch.Tensor) -> str:
     """'cuda' for GPU tensors; for CPU tensors 'cuda-sim' under the simulator, else 'cpu'."""
-    if tensor.is_cuda:
+    return device_target(tensor.device)
+
+
+def device_target(device: str | torch.device) -> str:
+    """The kernel target for tensors on `device` ("cpu", "cuda", "cuda:1", ...)."""
+    if torch.device(device).type == "cuda":
         return "cuda"
     return "cuda-sim" if simulator_enabled() else "cpu"
 

@@ -41,6 +41,7 @@ def environment(device: str, threads: int, seed: int | None) -> dict:
         "nvidia_driver": _safe(_nvidia_driver),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
+        "numba_threads": _safe(_numba_threads),
         "threads": threads,
         "seed": seed,
         "command": shlex.join(sys.argv),
@@ -48,6 +49,12 @@ def environment(device: str, threads: int, seed: int | None) -> dict:
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "timer": timer_name(device),
     }
+
+
+def _numba_threads() -> int:
+    import numba
+
+    return numba.get_num_threads()
 
 
 def _safe(get: Callable[[], object]) -> object:
