@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from attnbench.backends import Backend, backend_classes, get_backend, parse_backends
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
+from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.env import environment
 from attnbench.plots import PLOT_SUFFIXES, plot_results
 from attnbench.results import ResultSink, Row, env_sidecar, read_rows
@@ -188,6 +189,7 @@ def time_cmd(
     )
     baseline_backend = get_backend(baseline)
     csv, json, plot = _outputs(csv, json, plot)
+    steady_allocator()
     sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
     _run_study(partial(run_time, spec), spec.cases, sink)
     console.print(_time_table(sink.rows, baseline_backend))

@@ -127,3 +127,13 @@ def test_environment_record():
     assert env["timer"] == "perf_counter_ns"
     assert env["git_revision"] is None or len(env["git_revision"]) == 40
     json.loads(json.dumps(env))
+
+
+def test_steady_allocator_is_applied_once_and_recorded():
+    from attnbench.measure.allocator import allocator_setting, steady_allocator
+    from attnbench.measure.env import environment
+
+    setting = steady_allocator()
+    assert steady_allocator() == setting == allocator_setting()
+    assert "mmap threshold 32 MiB" in setting  # glibc, as on every Linux machine we run on
+    assert environment("cpu", 1, 0)["allocator"] == setting

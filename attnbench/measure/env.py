@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from attnbench.measure import is_cuda
+from attnbench.measure.allocator import allocator_setting
 from attnbench.measure.timing import timer_name
 from attnbench.results import SCHEMA_VERSION
 
@@ -42,6 +43,7 @@ def environment(device: str, threads: int, seed: int | None) -> dict:
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "numba_threads": _safe(_numba_threads),
+        "allocator": allocator_setting(),
         "threads": threads,
         "seed": seed,
         "command": shlex.join(sys.argv),
