@@ -95,13 +95,24 @@ def _m_of(spec: str) -> float | None:
         return None
 
 
+def _display_name(spec: str) -> str:
+    """The registry's short label ("yoso-32" for the canonical yoso spec), else the spec."""
+    from attnbench.backends import get_backend
+    from attnbench.errors import UsageError
+
+    try:
+        return get_backend(spec).label
+    except UsageError:
+        return spec
+
+
 def _short_labels(specs: list[str]) -> tuple[dict[str, str], str | None]:
     """Label backends "m=8" when several differ only in m; return labels and a legend title.
 
     Shortening is only safe when every spec with an m shares the family and all other
     parameters; the legend title then spells out what "m=..." stands for.
     """
-    labels = {s: s for s in specs}
+    labels = {s: _display_name(s) for s in specs}
     with_m = [s for s in specs if _m_of(s) is not None]
     parsed = [_parse_spec(s) for s in with_m]
     rests = {(name, tuple(sorted((k, v) for k, v in p.items() if k != "m"))) for name, p in parsed}

@@ -148,3 +148,11 @@ def test_study_without_plottable_metric(tmp_path):
     rows = [_row("time", "sdpa", s, "first_call_ms", 1.0) for s in SEQS]
     with pytest.raises(ValueError, match="time_ms"):
         plot_results(rows_frame(rows), tmp_path / "time.png")
+
+
+def test_legend_uses_the_registry_short_label():
+    from attnbench.plots import _short_labels
+
+    spec = "yoso:m=32,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"
+    labels, _ = _short_labels([spec, "sdpa", "not-a-backend:x=1"])
+    assert labels == {spec: "yoso-32", "sdpa": "sdpa", "not-a-backend:x=1": "not-a-backend:x=1"}
