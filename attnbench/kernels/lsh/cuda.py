@@ -94,6 +94,16 @@ def _zero_tables(table, count):
         table[g, h, b, col] = float32(0.0)
 
 
+@cuda.jit(device=True)
+def _scatter_thread(k, n_w, count, width):
+    """(g, w, h, column) of scatter thread k; the column varies fastest (coalescing)."""
+    col = k % width
+    k //= width
+    h = k % count
+    k //= count
+    return k // n_w, k % n_w, h, col
+
+
 @cuda.jit
 def _scatter_values(write_codes, values, start, count, table):
     """Write row w adds values[g, w] to its bucket of hash start + h, for h < count.
@@ -103,12 +113,7 @@ def _scatter_values(write_codes, values, start, count, table):
     k = cuda.grid(1)
     groups, n_w, width = values.shape
     if k < groups * n_w * count * width:
-        col = k % width
-        k //= width
-        h = k % count
-        k //= count
-        w = k % n_w
-        g = k // n_w
+        g, w, h, col = _scatter_thread(k, n_w, count, width)
         code = write_codes[g, w, start + h]
         cuda.atomic.add(table, (g, h, code, col), values[g, w, col])
 
@@ -119,12 +124,7 @@ def _scatter_weighted(write_codes, weights, vectors, a, start, count, table):
     k = cuda.grid(1)
     groups, n_w, width = vectors.shape
     if k < groups * n_w * count * width:
-        col = k % width
-        k //= width
-        h = k % count
-        k //= count
-        w = k % n_w
-        g = k // n_w
+        g, w, h, col = _scatter_thread(k, n_w, count, width)
         code = write_codes[g, w, start + h]
         cuda.atomic.add(table, (g, h, code, col), weights[g, w, a] * vectors[g, w, col])
 

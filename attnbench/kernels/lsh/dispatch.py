@@ -12,6 +12,8 @@ from attnbench.kernels.lsh.core import MAX_PADDED_DIM, hash_chunk
 from attnbench.kernels.target import as_array, kernel_target
 from attnbench.measure.memory import available_bytes
 
+SMALL_TABLES = 256 * 2**20
+
 
 class TableTooLarge(MemoryError):
     """The 2^tau-bucket hash tables do not fit in the free memory."""
@@ -97,7 +99,12 @@ def _scratch(groups: int, m: int, tau: int, width: int, device) -> torch.Tensor:
 
 
 def _check_tables(tau: int, need: int, device="cpu") -> None:
-    """Refuse, with the reason, tables that cannot fit rather than fail deep in a kernel."""
+    """Refuse, with the reason, tables that cannot fit rather than fail deep in a kernel.
+
+    Tables under 256 MiB are not checked: asking the OS for free memory on every call
+    would put file reads on the hot path for the common small-tau case."""
+    if need < SMALL_TABLES:
+        return
     free = available_bytes(str(device))
     if need > free:
         raise TableTooLarge(
