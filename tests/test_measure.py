@@ -125,7 +125,8 @@ def test_environment_record():
     assert set(ENV_KEYS) <= set(env)
     assert env["threads"] == 2 and env["seed"] == 0
     assert env["timer"] == "perf_counter_ns"
-    assert env["git_revision"] is None or len(env["git_revision"]) == 40
+    revision = env["git_revision"]
+    assert revision is None or len(revision.removesuffix("+dirty")) == 40
     json.loads(json.dumps(env))
 
 
@@ -150,3 +151,23 @@ def test_peak_memory_under_the_steady_allocator(mib):
         fn()
     readings = [peak_memory(fn, "cpu").bytes for _ in range(3)]
     assert readings == pytest.approx([mib * MIB] * 3, rel=0.10)
+
+
+def test_git_revision_marks_uncommitted_package_changes(tmp_path, monkeypatch):
+    import subprocess
+
+    from attnbench.measure import env
+
+    package = tmp_path / "attnbench"
+    (package / "measure").mkdir(parents=True)
+    source = package / "measure" / "env.py"
+    source.write_text("x = 1\n")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    monkeypatch.setattr(env, "__file__", str(source))
+    clean = env._git_revision()
+    assert clean is not None and len(clean) == 40
+    source.write_text("x = 2\n")
+    assert env._git_revision() == clean + "+dirty"

@@ -101,11 +101,21 @@ def _nvidia_driver() -> str | None:
 
 
 def _git_revision() -> str | None:
-    """The commit of the source tree attnbench was imported from, if it is a git checkout."""
+    """The commit of the source tree attnbench was imported from, if it is a git checkout,
+    with "+dirty" when the package's tracked files differ from it (results then come from
+    code no commit holds)."""
     package_dir = Path(__file__).resolve().parent.parent
+    head = _git(package_dir, "rev-parse", "HEAD")
+    if not head:
+        return None  # not a git checkout, or no commit yet
+    changes = _git(package_dir, "status", "--porcelain", "--untracked-files=no", "--", ".")
+    return head + "+dirty" if changes else head
+
+
+def _git(cwd: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "-C", str(package_dir), "rev-parse", "HEAD"],
+            ["git", "-C", str(cwd), *args],
             capture_output=True,
             text=True,
             timeout=GIT_TIMEOUT_S,
@@ -113,6 +123,4 @@ def _git_revision() -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if done.returncode != 0:
-        return None  # not a git checkout, or no commit yet
-    return done.stdout.strip() or None
+    return done.stdout.strip() if done.returncode == 0 else None
