@@ -93,3 +93,25 @@ def test_third_party_backends_register_through_entry_points(monkeypatch):
     with pytest.warns(UserWarning, match="broken"):
         assert "toy-mean" in backend_classes()
     assert get_backend("toy-mean").spec == "toy-mean"
+
+
+def test_grid_reaches_only_spatial_backends_and_is_checked():
+    import torch
+
+    from attnbench.backends.registry import Backend, token_grid
+    from attnbench.errors import UsageError
+
+    class Spy(Backend):
+        name = "spy"
+        spatial = True
+
+        def forward(self, q, k, v, mask=None, grid=None):
+            return grid
+
+    q = torch.zeros(1, 1, 12, 2)
+    assert Spy()(q, q, q) == (1, 12)
+    assert Spy()(q, q, q, grid=(3, 4)) == (3, 4)
+    with pytest.raises(UsageError, match="grid 5x3 does not hold the sequence's 12 tokens"):
+        Spy()(q, q, q, grid=(5, 3))
+    assert get_backend("sdpa")(q, q, q, grid=(3, 4)).shape == q.shape  # ignored
+    assert token_grid(None, 7) == (1, 7)

@@ -54,6 +54,16 @@ def tau_param(default: int | str = 8) -> Param:
     return Param(default, parse, "bits per hash code (1..24) or auto = ceil(log2 n)")
 
 
+def token_grid(grid: tuple[int, int] | None, n: int) -> tuple[int, int]:
+    """(H, W) of n tokens: the given grid, checked, or (1, n) for a sequence."""
+    if grid is None:
+        return (1, n)
+    height, width = grid
+    if height < 1 or width < 1 or height * width != n:
+        raise UsageError(f"grid {height}x{width} does not hold the sequence's {n} tokens")
+    return (height, width)
+
+
 def resolve_tau(tau: int | str, n: int) -> int:
     return max(1, math.ceil(math.log2(n))) if tau == "auto" else int(tau)
 
@@ -63,6 +73,8 @@ class Backend:
 
     `mask` is an optional bool [B, n] token mask (True = real token): masked keys get no
     attention and the output rows of masked tokens are zero, for every backend alike.
+    `grid` = (H, W) lays the n = H*W tokens out as an image, row-major (token y*W + x);
+    None is a 1-D sequence. Only `spatial` backends look at it; the rest ignore it.
     """
 
     name: ClassVar[str]
@@ -72,16 +84,19 @@ class Backend:
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     backward: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
+    spatial: ClassVar[bool] = False  # forward takes the grid (H, W) of the tokens
     summary: ClassVar[str] = ""
 
     def __init__(self, **values: Any):
         self.values = {key: param.default for key, param in self.params.items()}
         self.values.update(values)
 
-    def __call__(self, q, k, v, mask=None):
-        return self.forward(q, k, v, mask)
+    def __call__(self, q, k, v, mask=None, grid: tuple[int, int] | None = None):
+        if not self.spatial:
+            return self.forward(q, k, v, mask)
+        return self.forward(q, k, v, mask, token_grid(grid, k.shape[-2]))
 
-    def forward(self, q, k, v, mask=None):  # pragma: no cover - abstract
+    def forward(self, q, k, v, mask=None, grid=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def attention_map(self, q, k, mask=None) -> torch.Tensor:
