@@ -35,3 +35,43 @@ VS_SOFTMAX = {
     "rel_frobenius_vs_softmax": rel_frobenius,
     "max_abs_vs_softmax": max_abs,
 }
+
+
+# --- attention-map metrics: how much of exact softmax's attention a method keeps -----------
+
+
+def row_normalise(weights: torch.Tensor) -> torch.Tensor:
+    """Rows scaled to sum to 1 (all-zero rows stay zero): a map as a distribution over keys."""
+    weights = weights.double()
+    return weights / weights.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def captured_mass(reference: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """Per row, the exact softmax mass on the keys a method looks at (SCRAM's mu_p)."""
+    return (reference.double() * support).sum(-1)
+
+
+def total_variation(reference: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Per row, the total-variation distance between softmax and a method's row-normalised map."""
+    return 0.5 * (reference.double() - row_normalise(weights)).abs().sum(-1)
+
+
+def map_metrics(reference: torch.Tensor, weights: torch.Tensor) -> dict[str, float]:
+    """Captured mass (mean and 5th percentile over rows) and mean TV distance vs softmax."""
+    mass = captured_mass(reference, weights > 0).flatten()
+    return {
+        "captured_mass_vs_softmax": mass.mean().item(),
+        "captured_mass_p5_vs_softmax": torch.quantile(mass, 0.05).item(),
+        "tv_vs_softmax": total_variation(reference, weights).mean().item(),
+    }
+
+
+def argmax_hit_rate(best_found: torch.Tensor, scores: torch.Tensor, tol: float = 1e-5) -> float:
+    """Share of queries whose best found score reaches the true maximum (within tol)."""
+    return (best_found.double() >= scores.double().amax(-1) - tol).double().mean().item()
+
+
+def recall_at_k(found: torch.Tensor, truth: torch.Tensor) -> float:
+    """Mean share of the true top-k keys (truth [..., k]) among the found ones [..., k']."""
+    hits = (found[..., :, None] == truth[..., None, :]).any(-2)
+    return hits.double().mean().item()

@@ -33,6 +33,7 @@ TINY = ["--repeats", "2", "--warmup", "1", "--heads", "1", "--dim", "8"]
 ALL_BACKENDS = ("softmax", "sdpa", "yoso", "yoso-e")
 TIME_METRICS = {"time_ms", "first_call_ms", "peak_mib"}
 VS_SOFTMAX = {"radian_vs_softmax", "rel_frobenius_vs_softmax", "max_abs_vs_softmax"}
+VS_SOFTMAX |= {"captured_mass_vs_softmax", "captured_mass_p5_vs_softmax", "tv_vs_softmax"}
 
 
 def invoke(*args):

@@ -16,7 +16,7 @@ import torch
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.softmax import softmax_weights
 from attnbench.inputs import Inputs
-from attnbench.metrics import VS_SOFTMAX, mean_radian
+from attnbench.metrics import VS_SOFTMAX, map_metrics, mean_radian
 from attnbench.results import Row
 
 
@@ -76,6 +76,7 @@ def run_error(
                     impl[backend.spec] = trial_backend.impl(spec.device)
                 if spec.backends:
                     reference = exact_softmax(q, k, v)
+                    weights = softmax_weights(q.double(), k.double())
                 for backend in spec.backends:
                     trial_backend = (
                         backend.with_values(seed=seed) if backend.stochastic else backend
@@ -84,13 +85,31 @@ def run_error(
                     impl[backend.spec] = trial_backend.impl(spec.device)
                     for metric, fn in VS_SOFTMAX.items():
                         errors.setdefault((backend.spec, metric), []).append(fn(out, reference))
+                    for metric, value in _map_metrics(trial_backend, q, k, weights).items():
+                        errors.setdefault((backend.spec, metric), []).append(value)
         yield [
             _row(spec, n, name, impl[name], metric, values)
             for (name, metric), values in errors.items()
         ]
 
 
-UNITS = {"radian": "rad", "rel_frobenius": "", "max_abs": "abs"}
+def _map_metrics(backend: Backend, q, k, weights) -> dict[str, float]:
+    """Captured mass and TV distance, for backends that can show their attention map."""
+    try:
+        amap = backend.attention_map(q, k)
+    except NotImplementedError:
+        return {}
+    return map_metrics(weights, amap)
+
+
+UNITS = {
+    "radian": "rad",
+    "rel_frobenius": "",
+    "max_abs": "abs",
+    "captured_mass": "",
+    "captured_mass_p5": "",
+    "tv": "",
+}
 
 
 def _row(spec: ErrorSpec, n: int, backend: str, impl: str, metric: str, values: list[float]):
