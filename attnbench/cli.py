@@ -28,6 +28,7 @@ from attnbench.spec import (
     non_negative,
     output_path,
     parse_dtype,
+    parse_grids,
     parse_sizes,
     positive,
     resolve_device,
@@ -153,7 +154,10 @@ def backends() -> None:
 @app.command("time")
 def time_cmd(
     seq: str = typer.Option(
-        "4096", help="lengths: 4096, a list 1k,4k or a doubling range 512..16384"
+        None, help="lengths: 4096 (default), a list 1k,4k or a doubling range 512..16384"
+    ),
+    grid: str = typer.Option(
+        None, help="images instead of sequences: 128x128, a list, or a range 32x32..256x256"
     ),
     batch: int = typer.Option(1, help="batch size"),
     heads: int = typer.Option(4, help="attention heads"),
@@ -174,8 +178,12 @@ def time_cmd(
     """Runtime and peak memory vs sequence length (YOSO Fig. 7)."""
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    if seq is not None and grid is not None:
+        raise UsageError("--seq and --grid both set the lengths; give one of them")
+    grids = parse_grids(grid, "--grid") if grid is not None else None
     spec = TimeSpec(
-        seqs=parse_sizes(seq, "--seq"),
+        seqs=parse_sizes(seq or "4096", "--seq") if grids is None else [],
+        grids=grids,
         backends=parse_backends(backends),
         batch=positive(batch, "--batch"),
         heads=positive(heads, "--heads"),

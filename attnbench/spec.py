@@ -60,6 +60,39 @@ def parse_sizes(text: str, option: str) -> list[int]:
     return list(dict.fromkeys(sizes))
 
 
+def parse_grids(text: str, option: str) -> list[tuple[int, int]]:
+    """Image sizes "HxW": "128x128", a list "32x32,64x48", or a doubling range "32x32..256x256"
+    (each side that grows is doubled every step, up to the end; "1x64..1x256" keeps H = 1).
+    Duplicates are dropped, order kept."""
+    if text is None or not text.strip():
+        raise UsageError(f"{option}: empty value")
+    grids: list[tuple[int, int]] = []
+    for item in text.split(","):
+        if not item.strip():
+            raise UsageError(f"{option}: empty item in {text!r}")
+        if ".." in item:
+            start_text, _, end_text = item.partition("..")
+            (h, w), (h_end, w_end) = _grid(start_text, option), _grid(end_text, option)
+            if h > h_end or w > w_end:
+                raise UsageError(f"{option}: range {item.strip()} is empty (start > end)")
+            grow_h, grow_w = (2 if h < h_end else 1), (2 if w < w_end else 1)
+            while h <= h_end and w <= w_end:
+                grids.append((h, w))
+                if grow_h == grow_w == 1:
+                    break
+                h, w = grow_h * h, grow_w * w
+        else:
+            grids.append(_grid(item, option))
+    return list(dict.fromkeys(grids))
+
+
+def _grid(text: str, option: str) -> tuple[int, int]:
+    height, x, width = text.strip().lower().partition("x")
+    if not x or not height.isdigit() or not width.isdigit() or int(height) * int(width) < 1:
+        raise UsageError(f"{option}: {text.strip()!r} is not a grid HxW of positive integers")
+    return int(height), int(width)
+
+
 def positive(value: int, option: str) -> int:
     if value is None or value < 1:
         raise UsageError(f"{option}: must be a positive integer, got {value}")

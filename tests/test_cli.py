@@ -582,3 +582,25 @@ def test_a_crash_in_the_error_study_keeps_the_finished_lengths(tmp_path, monkeyp
     assert list(df.columns) == COLUMNS
     assert set(df["seq"]) == {16}
     assert set(df["metric"]) == {"radian_vs_yoso_e"} | VS_SOFTMAX
+
+
+def test_time_on_image_grids(tmp_path):
+    csv, plot = tmp_path / "g.csv", tmp_path / "g.png"
+    result = invoke(
+        "time", "--grid", "4x4..8x8", "--backends", "sdpa,softmax", *TINY,
+        "--csv", csv, "--plot", plot,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    times = df[df["metric"] == "time_ms"]
+    assert sorted(set(zip(times["seq"], times["inputs"], strict=True))) == [
+        (16, "random 4x4"),
+        (64, "random 8x8"),
+    ]
+    assert (df["status"] == "ok").all() and plot.exists()
+
+
+def test_time_refuses_seq_and_grid_together(tmp_path):
+    result = invoke("time", "--seq", "64", "--grid", "8x8", "--csv", tmp_path / "r.csv")
+    assert result.exit_code == 2 and "--seq and --grid" in result.output
+    assert files_under(tmp_path) == []

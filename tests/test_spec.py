@@ -55,3 +55,20 @@ def test_output_path_checks(tmp_path):
     (tmp_path / "d.csv").mkdir()
     with pytest.raises(UsageError, match="is a directory"):
         output_path(tmp_path / "d.csv", "--csv", (".csv",))
+
+
+def test_parse_grids():
+    from attnbench.spec import parse_grids
+
+    assert parse_grids("128x128", "--grid") == [(128, 128)]
+    assert parse_grids("32x32..256x256", "--grid") == [(32, 32), (64, 64), (128, 128), (256, 256)]
+    assert parse_grids("8x16, 5X7,8x16", "--grid") == [(8, 16), (5, 7)]
+    assert parse_grids("1x64..1x256", "--grid") == [(1, 64), (1, 128), (1, 256)]
+
+
+@pytest.mark.parametrize("text", ["", "128", "0x4", "4x", "ax4", "64x64..32x32", "4x4,,8x8"])
+def test_parse_grids_rejects_nonsense_in_one_line(text):
+    from attnbench.spec import parse_grids
+
+    with pytest.raises(UsageError, match="--grid"):
+        parse_grids(text, "--grid")

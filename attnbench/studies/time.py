@@ -37,6 +37,15 @@ class TimeSpec:
     repeats: int = 10
     warmup: int = 10
     seed: int = 0
+    grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
+
+    def __post_init__(self):
+        if self.grids:
+            self.seqs = [h * w for h, w in self.grids]
+
+    def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
+        """(n, grid) of every length: grid None for a 1-D sequence."""
+        return list(zip(self.seqs, self.grids or [None] * len(self.seqs), strict=True))
 
     @property
     def cases(self) -> int:
@@ -48,11 +57,11 @@ def run_time(
 ) -> Iterator[list[Row]]:
     """Yield the rows of each finished case, one case at a time."""
     source = Inputs("random", spec.batch, spec.heads, spec.dim)
-    for n in spec.seqs:
+    for n, grid in spec.layouts():
         qkv = None
         for backend in spec.backends:
-            on_case(f"{backend.spec} n={n}")
-            row = partial(_row, spec, backend, n)
+            on_case(f"{backend.spec} n={n}" + (f" ({grid[0]}x{grid[1]})" if grid else ""))
+            row = partial(_row, spec, backend, n, grid)
             reason = _skip_reason(spec, backend, n)
             if reason:
                 yield [row("time_ms", unit="ms", status="skipped", reason=reason)]
@@ -60,7 +69,7 @@ def run_time(
             if qkv is None:
                 qkv = source.make(n, spec.seed, spec.dtype, spec.device)
             try:
-                call = _timed_call(backend, qkv, spec.mode)
+                call = _timed_call(partial(backend, grid=grid), qkv, spec.mode)
                 timing = time_call(call, spec.device, spec.repeats, spec.warmup)
                 memory = peak_memory(call, spec.device)
             except (torch.OutOfMemoryError, MemoryError) as exc:
@@ -101,7 +110,7 @@ def run_time(
             ]
 
 
-def _row(spec: TimeSpec, backend: Backend, n: int, metric: str, **fields) -> Row:
+def _row(spec: TimeSpec, backend: Backend, n: int, grid, metric: str, **fields) -> Row:
     return Row(
         study="time",
         backend=backend.spec,
@@ -109,7 +118,7 @@ def _row(spec: TimeSpec, backend: Backend, n: int, metric: str, **fields) -> Row
         device=spec.device,
         dtype=str(spec.dtype).removeprefix("torch."),
         mode=spec.mode,
-        inputs="random",
+        inputs="random" if grid is None else f"random {grid[0]}x{grid[1]}",
         batch=spec.batch,
         heads=spec.heads,
         seq=n,
@@ -133,7 +142,7 @@ def _skip_reason(spec: TimeSpec, backend: Backend, n: int) -> str:
     return ""
 
 
-def _timed_call(backend: Backend, qkv: list[torch.Tensor], mode: str) -> Callable[[], object]:
+def _timed_call(backend: Callable, qkv: list[torch.Tensor], mode: str) -> Callable[[], object]:
     """The zero-argument call to time; anything it needs is prepared here, untimed."""
     if mode == "fwd":
 
