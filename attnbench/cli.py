@@ -22,7 +22,7 @@ from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.env import environment
-from attnbench.plots import PLOT_SUFFIXES, plot_results
+from attnbench.plots import PLOT_SUFFIXES, plot_maps, plot_results
 from attnbench.results import ResultSink, Row, env_sidecar, read_rows
 from attnbench.spec import (
     non_negative,
@@ -34,6 +34,7 @@ from attnbench.spec import (
     resolve_device,
 )
 from attnbench.studies.error import ErrorSpec, run_error
+from attnbench.studies.maps import MapsSpec, attention_maps
 from attnbench.studies.time import MODES, TimeSpec, run_time
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping in logs
@@ -202,6 +203,47 @@ def time_cmd(
     _run_study(partial(run_time, spec), spec.cases, sink)
     console.print(_time_table(sink.rows, baseline_backend))
     _finish(sink, plot)
+
+
+@app.command("maps")
+def maps_cmd(
+    backends: str = typer.Option(
+        "softmax,yoso-e,yoso-32", help="comma list of backends whose maps to draw"
+    ),
+    inputs: str = typer.Option("image:camera", help="random, clustered, blobs or image:NAME"),
+    grid: str = typer.Option("1x128", help="token layout HxW (1xN: a sequence)"),
+    dim: int = typer.Option(4, help="q/k dimension d"),
+    query: str = typer.Option(None, help="y,x: draw this query's map over the key image"),
+    seed: int = typer.Option(0, help="seed of the inputs and of stochastic backends"),
+    out: Path = typer.Option(Path("maps.png"), "--out", "-o", help="figure path (PNG/SVG/PDF)"),
+) -> None:
+    """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3)."""
+    grids = parse_grids(grid, "--grid")
+    if len(grids) != 1:
+        raise UsageError("--grid: maps take one grid HxW")
+    spec = MapsSpec(
+        backends=parse_backends(backends),
+        source=inputs,
+        grid=grids[0],
+        dim=positive(dim, "--dim"),
+        query=_query(query),
+        seed=seed,
+    )
+    out = output_path(out, "--out", OUT_SUFFIXES["plot"])
+    maps = attention_maps(spec)
+    height, width = spec.grid
+    where = f", query ({spec.query[0]}, {spec.query[1]})" if spec.query else ""
+    plot_maps(maps, f"{inputs} · {height}x{width} · d = {spec.dim}{where}", out, spec.query)
+    console.print(f"wrote {out}")
+
+
+def _query(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    y, comma, x = text.partition(",")
+    if not comma or not y.strip().isdigit() or not x.strip().isdigit():
+        raise UsageError(f"--query: expected y,x (two non-negative integers), got {text!r}")
+    return int(y), int(x)
 
 
 @app.command("error")

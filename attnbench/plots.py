@@ -306,3 +306,28 @@ def _error_figure(rows: pd.DataFrame):
         ax.set_ylim(bottom=0)
     lines.legend(fig, axes)
     return fig
+
+
+def plot_maps(maps: dict, title: str, path: Path, query: tuple[int, int] | None = None) -> None:
+    """One panel per backend: its attention map, each on its own colour scale."""
+    path = Path(path)
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise UsageError(f"cannot plot to {path.name}: use one of {', '.join(PLOT_SUFFIXES)}")
+    fig, axes = plt.subplots(1, len(maps), figsize=(3.6 * len(maps), 3.8), squeeze=False)
+    for ax, (label, amap) in zip(axes[0], maps.items(), strict=True):
+        image = ax.imshow(amap.numpy(), cmap="viridis", interpolation="nearest")
+        if query is not None:
+            ax.plot(query[1], query[0], marker="x", color="red", markersize=8)
+            ax.set_xlabel("key x")
+            ax.set_ylabel("key y")
+        else:
+            ax.set_xlabel("key j")
+            ax.set_ylabel("query i")
+        ax.set_title(label, fontsize=10)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        _atomic_save(fig, path)
+    finally:
+        plt.close(fig)

@@ -103,6 +103,12 @@ class Backend:
         """Dense [B, H, n, n] attention weights for small n (what the maps and metrics show)."""
         raise NotImplementedError(f"{self.name} has no dense attention map")
 
+    def map_of(self, q, k, mask=None, grid: tuple[int, int] | None = None) -> torch.Tensor:
+        """`attention_map`, with the grid for spatial backends (as `__call__` does)."""
+        if not self.spatial:
+            return self.attention_map(q, k, mask)
+        return self.attention_map(q, k, mask, token_grid(grid, k.shape[-2]))
+
     def predicted_bytes(self, batch: int, heads: int, n: int, d: int, itemsize: int) -> int:
         """Bytes of the largest intermediates, to skip cases that cannot fit before running."""
         return 0

@@ -96,7 +96,7 @@ def run_error(
 def _map_metrics(backend: Backend, q, k, weights) -> dict[str, float]:
     """Captured mass and TV distance, for backends that can show their attention map."""
     try:
-        amap = backend.attention_map(q, k)
+        amap = backend.map_of(q, k)
     except NotImplementedError:
         return {}
     return map_metrics(weights, amap)

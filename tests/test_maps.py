@@ -1,0 +1,49 @@
+"""attnbench maps: dense attention maps of several backends on the same inputs."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from attnbench import get_backend
+from attnbench.cli import app
+from attnbench.studies.maps import MapsSpec, attention_maps
+
+
+def test_full_maps_and_one_query_maps_agree():
+    backends = [get_backend("softmax"), get_backend("yoso-16")]
+    full = attention_maps(MapsSpec(backends, source="blobs", grid=(6, 7), dim=3))
+    one = attention_maps(MapsSpec(backends, source="blobs", grid=(6, 7), dim=3, query=(2, 5)))
+    assert set(full) == set(one) == {"softmax", "yoso-16"}
+    assert full["softmax"].shape == (42, 42) and one["softmax"].shape == (6, 7)
+    for label in full:
+        assert torch.equal(one[label].flatten(), full[label][2 * 7 + 5])
+    assert torch.allclose(full["softmax"].sum(-1), torch.ones(42, dtype=torch.float64))
+
+
+def test_maps_command_writes_the_figure(tmp_path):
+    out = tmp_path / "m.png"
+    result = CliRunner().invoke(
+        app, ["maps", "--backends", "softmax,yoso-e", "--grid", "8x8", "--query", "3,4",
+              "--inputs", "image:coins", "-o", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--query", "8,0", "--grid", "8x8"], "outside the 8x8 grid"),
+        (["--query", "3"], "--query: expected y,x"),
+        (["--grid", "128x128"], "at most 4096 tokens"),
+        (["--grid", "4x4,8x8"], "one grid"),
+        (["--inputs", "image:nope"], "unknown image"),
+        (["-o", "OUT/m.txt"], "--out"),
+    ],
+)
+def test_maps_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    args = [a.replace("OUT", str(tmp_path)) for a in args]  # a later -o wins
+    result = CliRunner().invoke(app, ["maps", "-o", str(tmp_path / "m.png"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []
