@@ -183,7 +183,7 @@ def time_cmd(
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
     spec = TimeSpec(
-        seqs=parse_sizes(seq or "4096", "--seq") if grids is None else [],
+        seqs=parse_sizes("4096" if seq is None else seq, "--seq") if grids is None else [],
         grids=grids,
         backends=parse_backends(backends),
         batch=positive(batch, "--batch"),
