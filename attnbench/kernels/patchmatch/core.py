@@ -1,0 +1,343 @@
+"""Scalar math of SCRAM's PatchMatch and window softmax, shared by the CPU and CUDA kernels.
+
+Every function here uses no `cuda.*` call, so `cpu` (njit prange) and `cuda` (cuda.jit)
+inline the same operations in the same order. Together with a counter-based RNG (a pure
+function of (seed, batch, query, stream, counter), no state shared between queries), the
+CPU kernels and the simulated CUDA kernels return bit-identical matches and scores for the
+same seed. A real GPU may fuse a score's multiply-adds (FMA), so near-ties can differ there.
+
+A match list is row r of a 2-D pair (ids int32 [rows, >= kappa], sc float32): kappa key
+indices with their scores, best first; an empty slot holds index -1 (the mode variant may
+find fewer than kappa modes). Lists are addressed by row rather than passed as 1-D views
+so that CPU `prange` bodies make no array views (each one updates the parent array's shared,
+atomic reference count); CUDA threads pass a (1, MAX_KAPPA) local array and r = 0.
+Indices are int32, so H * W < 2^31.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import float32, int64, njit
+
+# Longest match list: CUDA threads keep theirs in local arrays of this size.
+MAX_KAPPA = 32
+MASK32 = 0xFFFFFFFF
+# RNG streams: 0 draws the initial lists, 1 + t the random search of iteration t.
+INIT_STREAM = 0
+
+
+# --- counter-based RNG ---------------------------------------------------------------
+# 32-bit integer hashing written with 64-bit integers whose products stay below 2^63, so
+# numba (int64, wrapping) and plain Python (the simulator: unbounded ints) agree exactly.
+
+
+@njit(inline="always")
+def mul32(x, c):
+    """(x * c) mod 2^32 for 0 <= x, c < 2^32, in 16-bit halves of c (no 64-bit overflow)."""
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & MASK32
+
+
+@njit(inline="always")
+def mix32(x):
+    """A bijective 32-bit avalanche hash (xorshift-multiply, 'lowbias32' constants)."""
+    x &= MASK32
+    x ^= x >> 16
+    x = mul32(x, 0x7FEB352D)
+    x ^= x >> 15
+    x = mul32(x, 0x846CA68B)
+    x ^= x >> 16
+    return x
+
+
+@njit(inline="always")
+def rng_key(seed, batch, query, stream):
+    """The RNG key of one query's draws in one pass: a hash of all four coordinates."""
+    h = mix32(seed & MASK32)
+    h = mix32(h ^ ((seed >> 32) & MASK32))
+    h = mix32(h ^ batch)
+    h = mix32(h ^ query)
+    return mix32(h ^ stream)
+
+
+@njit(inline="always")
+def rand_below(key, counter, m):
+    """The counter-th draw of stream `key`: an int uniform in [0, m) for 1 <= m < 2^31
+    (multiply-shift, no division; bias < m / 2^32). int64(m): under the simulator m may be
+    a numpy int32, too narrow for the products."""
+    return (mix32(key + counter * 0x9E3779B9) * int64(m)) >> 32
+
+
+# --- scores and match lists ----------------------------------------------------------
+
+
+@njit(inline="always")
+def score(q, k, b, p, j, scale):
+    """s(p, j) = <q_p, k_j> * scale, summed in fp32 over c = 0 .. d-1 in order."""
+    acc = float32(0.0)
+    for c in range(q.shape[2]):
+        acc += q[b, p, c] * k[b, j, c]
+    return acc * scale
+
+
+@njit(inline="always")
+def chebyshev(a, c, W):
+    """Chebyshev distance between pixels a and c (linear indices) of a W-wide grid."""
+    return max(abs(a // W - c // W), abs(a % W - c % W))
+
+
+@njit(inline="always")
+def near(a, c, L, W):
+    """chebyshev(a, c, W) < L. Pixels that close have |a - c| <= (L - 1)(W + 1): testing
+    that first skips the integer divisions for most pairs (they made mode 4x slower)."""
+    if abs(a - c) > (L - 1) * (W + 1):
+        return False
+    return chebyshev(a, c, W) < L
+
+
+@njit(inline="always")
+def contains(ids, r, kappa, j):
+    for i in range(kappa):
+        if ids[r, i] == j:
+            return True
+    return False
+
+
+@njit(inline="always")
+def sorted_insert(ids, sc, r, kappa, j, s):
+    """Put (j, s) in list r if there is room or it beats the worst entry."""
+    if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
+        return
+    pos = kappa - 1
+    while pos > 0 and (ids[r, pos - 1] < 0 or s > sc[r, pos - 1]):
+        ids[r, pos] = ids[r, pos - 1]
+        sc[r, pos] = sc[r, pos - 1]
+        pos -= 1
+    ids[r, pos] = j
+    sc[r, pos] = s
+
+
+@njit(inline="always")
+def drop_near(ids, sc, r, kappa, j, L, W):
+    """Remove the entries within Chebyshev distance < L of j, keeping the others' order."""
+    kept = 0
+    for i in range(kappa):
+        if ids[r, i] >= 0 and not near(ids[r, i], j, L, W):
+            ids[r, kept] = ids[r, i]
+            sc[r, kept] = sc[r, i]
+            kept += 1
+    for i in range(kept, kappa):
+        ids[r, i] = -1
+        sc[r, i] = -math.inf
+
+
+@njit(inline="always")
+def insert_new(ids, sc, r, kappa, j, s, mode, L, W):
+    """`try_insert` for a key j known not to be in list r."""
+    if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
+        # Full and no better than the worst: rejected by both rules (in mode, every entry
+        # scores >= s, so one near j vetoes it, and with none near, max rejects it), and
+        # checked first because it is by far the commonest case and needs no divisions.
+        return
+    if mode:
+        for i in range(kappa):
+            if ids[r, i] >= 0 and sc[r, i] >= s and near(ids[r, i], j, L, W):
+                return
+        drop_near(ids, sc, r, kappa, j, L, W)
+    sorted_insert(ids, sc, r, kappa, j, s)
+
+
+@njit(inline="always")
+def try_insert(ids, sc, r, kappa, j, s, mode, L, W):
+    """The insertion rule (`is_index_valid` of Algorithm 1) on list r.
+
+    max: skip j if listed; fill up to kappa, else replace the worst entry if s beats it.
+    mode: online non-maximum suppression - if an entry within Chebyshev distance < L of j
+    scores >= s, skip (a listed j is such an entry); else drop all such entries and insert
+    j as in max.
+    """
+    if not contains(ids, r, kappa, j):
+        insert_new(ids, sc, r, kappa, j, s, mode, L, W)
+
+
+@njit(inline="always")
+def consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W):
+    """`try_insert` of key j for query p, scoring j only if it is not listed yet: late
+    passes mostly propose listed keys."""
+    if not contains(ids, r, kappa, j):
+        insert_new(ids, sc, r, kappa, j, score(q, k, b, p, j, scale), mode, L, W)
+
+
+# --- the three per-query steps of PatchMatch -----------------------------------------
+
+
+@njit(inline="always")
+def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed):
+    """Random initial list r: kappa random keys (max: distinct, the next free index on a
+    repeat; mode: inserted by the NMS rule, so fewer may survive). Needs kappa <= n."""
+    n = k.shape[1]
+    for i in range(kappa):
+        ids[r, i] = -1
+        sc[r, i] = -math.inf
+    key = rng_key(seed, b, p, INIT_STREAM)
+    for i in range(kappa):
+        j = rand_below(key, i, n)
+        if not mode:
+            while contains(ids, r, kappa, j):
+                j = (j + 1) % n
+        consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W)
+
+
+@njit(inline="always")
+def propagate_query(old_ids, old_sc, ids, sc, r, q, k, b, p, kappa, jump, mode, L, H, W, scale):
+    """One jump-flood propagation step of query p into list r: start from its old list
+    (row b * n + p of the old field); for each of the 4 neighbours p + delta at distance
+    `jump` in the grid, try every entry j' of the neighbour's old list shifted back by
+    delta (coherent shift, if in the grid) and j' itself."""
+    n = q.shape[1]
+    for i in range(kappa):
+        ids[r, i] = old_ids[b * n + p, i]
+        sc[r, i] = old_sc[b * n + p, i]
+    y = p // W
+    x = p % W
+    for direction in range(4):
+        dy = 0
+        dx = 0
+        if direction == 0:
+            dy = -jump
+        elif direction == 1:
+            dy = jump
+        elif direction == 2:
+            dx = -jump
+        else:
+            dx = jump
+        ny = y + dy
+        nx = x + dx
+        if ny < 0 or ny >= H or nx < 0 or nx >= W:
+            continue
+        neighbour = b * n + ny * W + nx
+        for i in range(kappa):
+            jn = old_ids[neighbour, i]
+            if jn < 0:
+                break
+            # The shift back by delta, if it stays in the grid: a row shift is a linear
+            # shift by dy * W (no division), a column shift needs the column of jn.
+            shifted = jn - dy * W - dx
+            if (dx == 0 and 0 <= shifted < n) or (dx != 0 and 0 <= jn % W - dx < W):
+                consider(ids, sc, r, kappa, shifted, q, k, b, p, scale, mode, L, W)
+            consider(ids, sc, r, kappa, jn, q, k, b, p, scale, mode, L, W)
+
+
+@njit(inline="always")
+def random_search_query(ids, sc, r, q, k, b, p, kappa, mode, L, H, W, scale, seed, t):
+    """Random search of iteration t on list r: around each entry, a radius from max(H, W)
+    halved down to 1, try one uniformly random key of the window entry +- radius clipped
+    to the grid."""
+    key = rng_key(seed, b, p, INIT_STREAM + 1 + t)
+    counter = 0
+    for i in range(kappa):
+        centre = ids[r, i]
+        if centre < 0:
+            continue
+        u = centre // W
+        v = centre % W
+        radius = max(H, W)
+        while radius >= 1:
+            y0 = max(u - radius, 0)
+            x0 = max(v - radius, 0)
+            y = y0 + rand_below(key, counter, min(u + radius, H - 1) - y0 + 1)
+            x = x0 + rand_below(key, counter + 1, min(v + radius, W - 1) - x0 + 1)
+            counter += 2
+            consider(ids, sc, r, kappa, y * W + x, q, k, b, p, scale, mode, L, W)
+            radius //= 2
+
+
+# --- neighbourhood expansion + sparse softmax (Algorithm 2) --------------------------
+
+
+@njit(inline="always")
+def in_earlier_window(matches, b, p, e, y, x, W, radius):
+    """True if pixel (y, x) lies in the window of a match before the e-th: counted there."""
+    for f in range(e):
+        m = matches[b, p, f]
+        if m >= 0 and abs(m // W - y) <= radius and abs(m % W - x) <= radius:
+            return True
+    return False
+
+
+@njit(inline="always")
+def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out):
+    """out[b, p] = softmax-weighted mean of v over the union of the (2 radius + 1)^2
+    windows around p's matches (clipped, each key once); returns the union's size.
+
+    Two passes over the candidates: the max score, then exp(s - max) sums (fp32).
+    """
+    kappa = matches.shape[2]
+    best = float32(-math.inf)
+    count = 0
+    for e in range(kappa):
+        m = matches[b, p, e]
+        if m < 0:
+            continue
+        for y in range(max(m // W - radius, 0), min(m // W + radius, H - 1) + 1):
+            for x in range(max(m % W - radius, 0), min(m % W + radius, W - 1) + 1):
+                if not in_earlier_window(matches, b, p, e, y, x, W, radius):
+                    best = max(best, score(q, k, b, p, y * W + x, scale))
+                    count += 1
+    for c in range(v.shape[2]):
+        out[b, p, c] = 0.0
+    if count == 0:
+        return 0
+    total = float32(0.0)
+    for e in range(kappa):
+        m = matches[b, p, e]
+        if m < 0:
+            continue
+        for y in range(max(m // W - radius, 0), min(m // W + radius, H - 1) + 1):
+            for x in range(max(m % W - radius, 0), min(m % W + radius, W - 1) + 1):
+                if not in_earlier_window(matches, b, p, e, y, x, W, radius):
+                    j = y * W + x
+                    w = float32(math.exp(score(q, k, b, p, j, scale) - best))
+                    total += w
+                    for c in range(v.shape[2]):
+                        out[b, p, c] += w * v[b, j, c]
+    for c in range(v.shape[2]):
+        out[b, p, c] /= total
+    return count
+
+
+# --- argument checks shared by the CPU and CUDA entry points -------------------------
+
+
+def check_grid(q, k, H: int, W: int) -> None:
+    """q, k [B, H*W, d] with the same B and d."""
+    if len(q.shape) != 3 or len(k.shape) != 3:
+        raise ValueError(f"q and k must be [B, n, d], got {tuple(q.shape)} and {tuple(k.shape)}")
+    if H < 1 or W < 1 or q.shape[1] != H * W or tuple(k.shape) != tuple(q.shape):
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} must both be [B, H*W, d], H={H} W={W}"
+        )
+
+
+def check_patchmatch(q, k, H, W, kappa, variant, L, T, jumps) -> bool:
+    """Validate PatchMatch arguments; returns True for the mode variant."""
+    check_grid(q, k, H, W)
+    if not 1 <= kappa <= min(MAX_KAPPA, H * W):
+        raise ValueError(f"kappa={kappa} must be in [1, min(MAX_KAPPA={MAX_KAPPA}, n={H * W})]")
+    if variant not in ("max", "mode"):
+        raise ValueError(f"variant must be 'max' or 'mode', got {variant!r}")
+    if L < 1 or T < 0 or any(jump < 1 for jump in jumps):
+        raise ValueError(f"need L >= 1, T >= 0 and jumps >= 1; got L={L} T={T} jumps={jumps}")
+    return variant == "mode"
+
+
+def check_window(q, k, v, matches, H, W, b) -> None:
+    check_grid(q, k, H, W)
+    if len(v.shape) != 3 or tuple(v.shape[:2]) != tuple(q.shape[:2]):
+        raise ValueError(f"v must be [B, n, dv] like q {tuple(q.shape)}, got {tuple(v.shape)}")
+    if len(matches.shape) != 3 or tuple(matches.shape[:2]) != tuple(q.shape[:2]):
+        raise ValueError(f"matches must be [B, n, kappa], got {tuple(matches.shape)}")
+    if matches.shape[2] < 1 or b < 0:
+        raise ValueError(f"need kappa >= 1 and b >= 0, got {matches.shape[2]} and b={b}")

@@ -1,0 +1,91 @@
+"""SCRAM's CUDA kernels, run by the simulator, agree with the CPU kernels: PatchMatch bit
+for bit for the same seed (shared `core` math and counter-based RNG), the window softmax to
+1e-5. Grids stay tiny (one OS thread per CUDA thread) with odd sizes that are not multiples
+of the block size; outputs start as garbage, proving the kernels overwrite them.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from attnbench.kernels.patchmatch import cpu, reference
+from attnbench.kernels.patchmatch import cuda as pm_cuda
+
+
+def _inputs(B, n, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, n, d, generator=g).numpy() for _ in range(3)]
+
+
+def _run(module, q, k, H, W, kappa, variant, L, T, jumps, seed):
+    B, n = q.shape[:2]
+    fields = [np.full((B, n, kappa), -7, np.int32), np.full((B, n, kappa), np.nan, np.float32)]
+    fields += [np.full((B, n, kappa), -7, np.int32), np.full((B, n, kappa), np.nan, np.float32)]
+    module.patchmatch(q, k, H, W, kappa, variant, L, T, jumps, seed, *fields)
+    return fields[0], fields[1]
+
+
+def test_small_blocks_under_the_simulator():
+    assert pm_cuda.THREADS_PER_BLOCK == pm_cuda.SIM_THREADS_PER_BLOCK
+
+
+@pytest.mark.parametrize(
+    "B, H, W, kappa, variant, L, T, jumps",
+    [
+        (1, 5, 6, 3, "max", 1, 2, (2, 1)),
+        (2, 1, 9, 2, "max", 1, 1, (2, 1)),
+        (1, 4, 4, 3, "mode", 2, 2, (2, 1)),
+        (1, 3, 5, 1, "max", 1, 1, (1,)),  # odd number of passes: result in the 2nd buffer
+        (1, 5, 7, 2, "mode", 1, 0, ()),  # init only
+        (2, 7, 9, 4, "mode", 3, 2, (4, 2, 1)),  # many NMS drops
+    ],
+)
+def test_patchmatch_identical_to_cpu(B, H, W, kappa, variant, L, T, jumps):
+    q, k, _ = _inputs(B, H * W, 3, seed=H * W + kappa)
+    args = (q, k, H, W, kappa, variant, L, T, jumps, 5)
+    sim_ids, sim_sc = _run(pm_cuda, *args)
+    cpu_ids, cpu_sc = _run(cpu, *args)
+    np.testing.assert_array_equal(sim_ids, cpu_ids)
+    np.testing.assert_array_equal(sim_sc, cpu_sc)
+
+
+def test_bad_kappa_raises():
+    q, k, _ = _inputs(1, 12, 3, seed=0)
+    with pytest.raises(ValueError, match="kappa"):
+        _run(pm_cuda, q, k, 3, 4, 40, "max", 1, 1, (1,), 0)
+
+
+@pytest.mark.parametrize("H, W, kappa, b", [(5, 6, 2, 1), (1, 9, 2, 2), (4, 4, 3, 0)])
+def test_window_softmax_matches_cpu(H, W, kappa, b):
+    n = H * W
+    q, k, v = _inputs(2, n, 4, seed=n + b)
+    matches = np.random.default_rng(b).integers(0, n, (2, n, kappa)).astype(np.int32)
+    matches[0, 0, -1] = -1  # a missing match is skipped
+    outs, counts = [], []
+    for module in (pm_cuda, cpu):
+        out = np.full((2, n, 4), np.nan, np.float32)
+        count = np.full((2, n), -7, np.int32)
+        module.window_softmax(q, k, v, matches, H, W, b, out, count)
+        outs.append(out)
+        counts.append(count)
+    np.testing.assert_allclose(outs[0], outs[1], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(counts[0], counts[1])
+    mask = reference.window_candidates(torch.from_numpy(matches), H, W, b)
+    np.testing.assert_array_equal(counts[0], mask.sum(-1).numpy())
+
+
+def test_dispatch_uses_the_simulated_kernels():
+    from attnbench.kernels.patchmatch import dispatch
+    from attnbench.kernels.target import kernel_target
+
+    q, k, v = (torch.from_numpy(a) for a in _inputs(1, 20, 3, seed=3))
+    assert kernel_target(q) == "cuda-sim"
+    matches, scores = dispatch.patchmatch(q, k, 4, 5, kappa=2, T=1, jumps=(1,), seed=4)
+    cpu_ids, cpu_sc = _run(cpu, q.numpy(), k.numpy(), 4, 5, 2, "max", 1, 1, (1,), 4)
+    np.testing.assert_array_equal(matches.numpy(), cpu_ids)
+    np.testing.assert_array_equal(scores.numpy(), cpu_sc)
+    out, counts = dispatch.window_softmax(q, k, v, matches, 4, 5, 1)
+    mask = reference.window_candidates(matches, 4, 5, 1)
+    assert torch.equal(counts.long(), mask.sum(-1))
+    expected = reference.sparse_softmax_reference(q, k, v, mask)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0)

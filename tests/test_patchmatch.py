@@ -1,0 +1,216 @@
+"""SCRAM's CPU kernels (PatchMatch, window softmax) against the brute-force torch oracle."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnbench.kernels.patchmatch import core, reference
+from attnbench.kernels.patchmatch.dispatch import patchmatch, window_softmax
+
+
+def _random(B, n, d, dv=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, n, d, generator=g), torch.randn(B, n, d, generator=g)
+    return q, k, torch.randn(B, n, dv or d, generator=g)
+
+
+def _smooth(H, W, d=3, blobs=4, seed=0):
+    """q, k [1, H*W, d] sampled from a smooth field: a few Gaussian blobs per channel."""
+    g = torch.Generator().manual_seed(seed)
+    ys, xs = torch.meshgrid(torch.arange(H) / H, torch.arange(W) / W, indexing="ij")
+
+    def field():
+        out = torch.zeros(H, W, d)
+        for c in range(d):
+            for _ in range(blobs):
+                cy, cx, amp = torch.rand(3, generator=g)
+                out[..., c] += (2 * amp - 1) * torch.exp(-((ys - cy) ** 2 + (xs - cx) ** 2) / 0.05)
+        return 3 * out.reshape(1, H * W, d)
+
+    return field(), field()
+
+
+# --- window softmax ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "H, W, centres, b",
+    [(3, 3, [4], 1), (5, 7, [17, 0], 3), (1, 9, [4], 4), (4, 4, [0, 3, 12, 15], 1)],
+)
+def test_exhaustive_windows_equal_dense_attention(H, W, centres, b):
+    """kappa (2b+1)^2 windows that cover every key: the output is dense attention."""
+    q, k, v = _random(2, H * W, 5, dv=3, seed=H * W)
+    matches = torch.tensor(centres, dtype=torch.int32).expand(2, H * W, len(centres))
+    out, counts = window_softmax(q, k, v, matches, H, W, b)
+    assert (counts == H * W).all()
+    torch.testing.assert_close(out.double(), reference.dense_attention(q, k, v), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("H, W", [(5, 7), (7, 5), (3, 3), (1, 11), (6, 4)])
+@pytest.mark.parametrize("b", [0, 1, 2])
+@pytest.mark.parametrize("kappa", [1, 3, 5])
+def test_window_softmax_equals_reference(H, W, b, kappa):
+    n = H * W
+    q, k, v = _random(2, n, 4, dv=6, seed=n + b + kappa)
+    g = torch.Generator().manual_seed(kappa)
+    matches = torch.randint(0, n, (2, n, kappa), generator=g, dtype=torch.int32)
+    matches[:, :, -1] = matches[:, :, 0]  # a repeated match: its window must count once
+    matches[0, 0, 0] = 0  # corner: the window is clipped
+    out, counts = window_softmax(q, k, v, matches, H, W, b)
+    mask = reference.window_candidates(matches, H, W, b)
+    expected = reference.sparse_softmax_reference(q, k, v, mask)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0)
+    assert torch.equal(counts.long(), mask.sum(-1))
+
+
+def test_window_softmax_skips_missing_matches():
+    q, k, v = _random(1, 12, 3)
+    matches = torch.tensor([[[4, -1]] * 12], dtype=torch.int32)
+    out, counts = window_softmax(q, k, v, matches, 3, 4, 1)
+    mask = reference.window_candidates(matches, 3, 4, 1)
+    assert torch.equal(counts.long(), mask.sum(-1))
+    torch.testing.assert_close(
+        out.double(), reference.sparse_softmax_reference(q, k, v, mask), atol=1e-5, rtol=0
+    )
+
+
+def test_window_softmax_is_stable_for_large_scores():
+    q, k, v = _random(1, 16, 2)
+    out, _ = window_softmax(300 * q, 300 * k, v, torch.zeros(1, 16, 1, dtype=torch.int32), 4, 4, 1)
+    assert torch.isfinite(out).all()
+
+
+# --- PatchMatch ----------------------------------------------------------------------
+
+
+def _hit_rate(q, k, matches):
+    found = reference.scores(q, k).gather(-1, matches[..., :1].long()).squeeze(-1)
+    return (found >= reference.scores(q, k).amax(-1) - 1e-5).double().mean().item()
+
+
+def test_argmax_hit_rate_on_smooth_inputs():
+    q, k = _smooth(32, 32)
+    matches, scores = patchmatch(q, k, 32, 32, kappa=1, T=8, seed=1)
+    assert _hit_rate(q, k, matches) >= 0.95
+    expected = reference.scores(q, k).gather(-1, matches.long()).float()
+    torch.testing.assert_close(scores, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_max_variant_distinct_sorted_and_high_recall():
+    q, k = _smooth(32, 32, seed=3)
+    kappa = 4
+    matches, scores = patchmatch(q, k, 32, 32, kappa=kappa, T=8, seed=2)
+    m = matches[0].numpy()
+    assert (m >= 0).all()
+    assert all(len(set(row)) == kappa for row in m)
+    assert (scores[..., :-1] >= scores[..., 1:]).all()
+    true_idx, _ = reference.topk_max(q, k, kappa)
+    recall = np.mean(
+        [len(set(a) & set(b)) / kappa for a, b in zip(m, true_idx[0].numpy(), strict=True)]
+    )
+    print(f"recall@{kappa} = {recall:.3f}, hit rate = {_hit_rate(q, k, matches):.3f}")
+    assert recall >= 0.9
+
+
+@pytest.mark.parametrize("L", [1, 2, 4])
+def test_mode_variant_keeps_separation(L):
+    H, W = 12, 10
+    q, k = _smooth(H, W, seed=5)
+    matches, scores = patchmatch(q, k, H, W, kappa=4, variant="mode", L=L, T=4, seed=0)
+    ys, xs = matches.long() // W, matches.long() % W
+    valid = matches >= 0
+    assert valid[..., 0].all()
+    for e in range(4):
+        for f in range(e + 1, 4):
+            both = valid[..., e] & valid[..., f]
+            dist = torch.maximum((ys[..., e] - ys[..., f]).abs(), (xs[..., e] - xs[..., f]).abs())
+            assert (dist[both] >= L).all()
+    assert (scores[..., :-1] >= scores[..., 1:]).all()  # -inf pads the missing modes
+    if L == 1:
+        same, _ = patchmatch(q, k, H, W, kappa=4, variant="max", T=4, seed=0)
+        assert torch.equal(same, matches)
+
+
+def test_mode_variant_finds_the_greedy_nms_modes():
+    q, k = _smooth(16, 16, seed=7)
+    matches, _ = patchmatch(q, k, 16, 16, kappa=2, variant="mode", L=3, T=8, seed=0)
+    expected, _ = reference.topk_mode(q, k, 16, 16, 2, 3)
+    agree = (matches.long()[..., 0] == expected[..., 0]).double().mean().item()
+    assert agree >= 0.95
+
+
+def test_same_seed_same_matches_other_seed_other_init():
+    q, k, _ = _random(2, 30, 3)
+    a = patchmatch(q, k, 5, 6, kappa=3, T=2, jumps=(2, 1), seed=11)
+    b = patchmatch(q, k, 5, 6, kappa=3, T=2, jumps=(2, 1), seed=11)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    init_a, _ = patchmatch(q, k, 5, 6, kappa=3, T=0, seed=11)
+    init_b, _ = patchmatch(q, k, 5, 6, kappa=3, T=0, seed=12)
+    assert not torch.equal(init_a, init_b)
+
+
+def test_odd_number_of_passes_returns_the_last_field():
+    q, k, _ = _random(1, 20, 3)
+    m, s = patchmatch(q, k, 4, 5, kappa=2, T=1, jumps=(1,), seed=0)
+    expected = reference.scores(q, k).gather(-1, m.long()).float()
+    torch.testing.assert_close(s, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_one_dimensional_sequence():
+    q, k = _smooth(1, 64, seed=9)
+    matches, _ = patchmatch(q, k, 1, 64, kappa=2, T=8, seed=0)
+    assert _hit_rate(q, k, matches) >= 0.95
+    _, v = _smooth(1, 64, seed=10)
+    out, counts = window_softmax(q, k, v, matches, 1, 64, 2)
+    mask = reference.window_candidates(matches, 1, 64, 2)
+    assert torch.equal(counts.long(), mask.sum(-1))
+    assert (counts <= 10).all()
+    torch.testing.assert_close(
+        out.double(), reference.sparse_softmax_reference(q, k, v, mask), atol=1e-5, rtol=0
+    )
+
+
+def test_rng_is_deterministic_and_spread():
+    key = core.rng_key(5, 0, 3, 0)
+    draws = [core.rand_below(key, i, 10) for i in range(2000)]
+    assert draws == [core.rand_below(key, i, 10) for i in range(2000)]
+    counts = np.bincount(draws, minlength=10)
+    assert counts.min() > 150 and counts.max() < 250
+    assert core.mix32(2**32 + 7) == core.mix32(7)
+    assert core.mul32(0xFFFFFFFF, 0xFFFFFFFF) == (0xFFFFFFFF * 0xFFFFFFFF) % 2**32
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"kappa": core.MAX_KAPPA + 1}, "kappa"),
+        ({"kappa": 0}, "kappa"),
+        ({"variant": "mean"}, "variant"),
+        ({"L": 0}, "L >= 1"),
+        ({"jumps": (2, 0)}, "jumps"),
+        ({"H": 5}, "H\\*W"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, match):
+    q, k, _ = _random(1, 64, 3)
+    args = {"H": 8, "W": 8, "kappa": 2} | kwargs
+    with pytest.raises(ValueError, match=match):
+        patchmatch(q, k, **args)
+
+
+def test_bad_shapes_raise():
+    q, k, v = _random(1, 12, 3)
+    with pytest.raises(ValueError):
+        patchmatch(q[0], k[0], 3, 4, kappa=1)
+    with pytest.raises(ValueError):
+        patchmatch(q, k[:, :6], 3, 4, kappa=1)
+    matches = torch.zeros(1, 12, 1, dtype=torch.int32)
+    with pytest.raises(ValueError):
+        window_softmax(q, k, v[:, :6], matches, 3, 4, 1)
+    with pytest.raises(ValueError):
+        window_softmax(q, k, v, matches + 12, 3, 4, 1)
+    with pytest.raises(ValueError):
+        window_softmax(q, k, v, matches, 3, 4, -1)
+    assert math.isfinite(float(window_softmax(q, k, v, matches, 3, 4, 0)[0].sum()))
