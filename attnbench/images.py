@@ -80,6 +80,6 @@ def grid_qkv(
         raise UsageError(f"unknown grid input {source!r}; use blobs or image:NAME")
     # Scores q.k / sqrt(d) spread over about `sharpness`: attention is peaked, not flat.
     scale = np.sqrt(sharpness * np.sqrt(d)) / max(float(features.std()) * np.sqrt(d), 1e-12)
-    q = torch.from_numpy(features * scale)[None, None]
+    q = torch.from_numpy((features * scale).astype(np.float32))[None, None]
     v = torch.from_numpy(np.ascontiguousarray(colours))[None, None]
     return q, q.clone(), v

@@ -19,6 +19,7 @@ def test_every_listed_image_loads_without_a_download(name):
 def test_grid_inputs_are_shaped_finite_and_reproducible(source, h, w):
     q, k, v = grid_qkv(source, h, w, d=3, seed=1)
     assert q.shape == k.shape == (1, 1, h * w, 3) and v.shape == (1, 1, h * w, 3)
+    assert q.dtype == k.dtype == v.dtype == torch.float32
     assert all(torch.isfinite(t).all() for t in (q, k, v))
     again = grid_qkv(source, h, w, d=3, seed=1)
     assert all(torch.equal(a, b) for a, b in zip((q, k, v), again, strict=True))

@@ -29,7 +29,7 @@ def test_specs_name_every_parameter(spec, canonical):
 @pytest.mark.parametrize(
     "spec, fragment",
     [
-        ("nosuch", "valid: sdpa, softmax, yoso, yoso-e"),
+        ("nosuch", "valid: scram, sdpa, softmax, sparse-fixed, sparse-strided, yoso, yoso-e"),
         ("yoso:bogus=1", "valid: m, tau, seed, hash"),
         ("sdpa:m=1", "no parameter 'm'; valid: none"),
         ("yoso:tau=25", "1..24"),

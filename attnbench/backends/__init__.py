@@ -1,6 +1,6 @@
 """Attention backends. Importing this package registers the built-in ones."""
 
-from attnbench.backends import sdpa, softmax, yoso, yoso_e  # noqa: F401  (registration)
+from attnbench.backends import scram, sdpa, softmax, sparse, yoso, yoso_e  # noqa: F401
 from attnbench.backends.registry import (
     Backend,
     Param,

@@ -1,0 +1,105 @@
+"""SCRAM (seed 002, Alg. 1-2): PatchMatch finds each query's kappa best keys on the image
+grid in O(n log n); each is expanded into its (2b+1)^2 neighbourhood (2b+1 on a sequence),
+and the softmax runs over just those keys, each counted once.
+
+`variant=max` keeps the kappa best distinct keys; `variant=mode` keeps modes at least L
+apart (Chebyshev distance on the grid). The numba kernels run on the CPU or CUDA by the
+tensors' device; the same seed gives the same matches on both.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnbench.backends.registry import Backend, Param, int_param, register
+from attnbench.errors import UsageError
+from attnbench.kernels.patchmatch import dispatch, reference
+from attnbench.kernels.patchmatch.core import MAX_KAPPA
+from attnbench.kernels.target import device_target
+
+
+def _variant(text: str) -> str:
+    if text not in ("max", "mode"):
+        raise ValueError("one of max, mode")
+    return text
+
+
+def _jumps(text: str) -> tuple[int, ...]:
+    jumps = tuple(int(j) for j in str(text).replace(";", " ").replace("/", " ").split())
+    if not jumps or any(j < 1 for j in jumps):
+        raise ValueError("positive steps separated by '/', e.g. 8/4/2/1")
+    return jumps
+
+
+@register
+class SCRAM(Backend):
+    name = "scram"
+    params = {
+        "kappa": int_param(4, 1, MAX_KAPPA, "PatchMatch matches (modes) per query"),
+        "variant": Param("max", _variant, "max: best distinct keys; mode: L apart"),
+        "L": int_param(1, 1, None, "least Chebyshev distance between modes"),
+        "b": int_param(1, 0, None, "neighbourhood half-width around each match"),
+        "T": int_param(8, 1, None, "PatchMatch iterations"),
+        "jumps": Param((8, 4, 2, 1), _jumps, "propagation steps, e.g. 8/4/2/1"),
+        "seed": int_param(0, 0, None, "seed of the random init and search"),
+    }
+    shorthand = None
+    complexity = "O(n (T log n + kappa (2b+1)^2) d)"
+    backward = False
+    stochastic = True
+    spatial = True
+    summary = "SCRAM: PatchMatch top-kappa keys + (2b+1)^2 windows, sparse softmax"
+
+    def impl(self, device: str) -> str:
+        return "numba-" + device_target(device)
+
+    @property
+    def spec(self) -> str:
+        values = {**self.values, "jumps": "/".join(map(str, self.values["jumps"]))}
+        return self.name + ":" + ",".join(f"{k}={v}" for k, v in values.items())
+
+    def _check(self, grid: tuple[int, int]) -> None:
+        height, width = grid
+        side = 2 * self.values["b"] + 1
+        if side > width or (height > 1 and side > height):
+            raise UsageError(
+                f"scram: a {side}x{side} window (b={self.values['b']}) does not fit "
+                f"the {height}x{width} grid"
+            )
+        if self.values["kappa"] > height * width:
+            kappa = self.values["kappa"]
+            raise UsageError(f"scram: kappa={kappa} exceeds the {height * width} keys")
+
+    def matches(self, q, k, grid):
+        """PatchMatch's matches [B*H, n, kappa] and scores on the flattened heads."""
+        b, h, n, d = q.shape
+        v = self.values
+        return dispatch.patchmatch(
+            q.reshape(b * h, n, d), k.reshape(b * h, n, d), grid[0], grid[1], v["kappa"],
+            v["variant"], v["L"], v["T"], v["jumps"], v["seed"],
+        )  # fmt: skip
+
+    def forward(self, q, k, v, mask=None, grid=None):
+        if mask is not None:
+            raise UsageError("scram does not take a mask yet")
+        self._check(grid)
+        b, h, n, d = q.shape
+        found, _ = self.matches(q, k, grid)
+        out, _ = dispatch.window_softmax(
+            q.reshape(b * h, n, d), k.reshape(b * h, n, d), v.reshape(b * h, n, -1), found,
+            grid[0], grid[1], self.values["b"],
+        )  # fmt: skip
+        return out.view(b, h, n, -1).to(v.dtype)
+
+    def attention_map(self, q, k, mask=None, grid=None):
+        """Softmax over each query's candidate keys, zero elsewhere (dense, small n only)."""
+        self._check(grid)
+        b, h, n, d = q.shape
+        found, _ = self.matches(q, k, grid)
+        candidates = reference.window_candidates(found, grid[0], grid[1], self.values["b"])
+        scores = reference.scores(q.reshape(b * h, n, d), k.reshape(b * h, n, d))
+        weights = torch.softmax(scores.masked_fill(~candidates, float("-inf")), dim=-1)
+        return weights.nan_to_num(0.0).view(b, h, n, n)
+
+    def predicted_bytes(self, batch, heads, n, d, itemsize):
+        return batch * heads * n * (4 * self.values["kappa"] * 4 + 2 * d * 4)

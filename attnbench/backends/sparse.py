@@ -1,0 +1,216 @@
+"""Sparse Transformer attention (Child et al. 2019): the strided and fixed factorised patterns.
+
+Each query attends only to the union of the paper's two heads' sets, A1 and A2, in their
+bidirectional form (the original is causal; images need both directions):
+
+- strided: A1_i = {j : |i - j| < l} (local band), A2_i = {j : (i - j) mod l = 0} (same column
+  of the l-strided layout; for a grid with l = W, the same image column);
+- fixed: A1_i = {j : floor(j / l) = floor(i / l)} (same block),
+  A2_i = {j : j mod l in {l - c, ..., l - 1}} (the c summary positions of every block).
+
+Indices are the flat token positions (grid tokens row-major, p = y*W + x); the grid only picks
+the default l. Every query is in its own A1, so no row is empty.
+
+The forward pass is block-sparse in plain torch: queries are cut into blocks of l, each block
+scores only its band/block keys and the strided/summary keys, and one softmax runs over both
+parts, so the cost is O(n (l + n/l) d) for strided and O(n (l + c n/l) d) for fixed instead of
+O(n^2 d). torch's flex_attention was measured on CPU and not used: eager it materialises the
+full score matrix, compiled it was no faster than dense sdpa, since the strided columns and
+the summary keys fall in every 128 x 128 tile, so its block mask can skip no tile at all.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnbench.backends.masking import key_mask, zero_masked_rows
+from attnbench.backends.registry import Backend, int_param, register, token_grid
+from attnbench.errors import UsageError
+
+
+def auto_stride(n: int, grid: tuple[int, int] | None) -> int:
+    """l = 0 (auto): the image width W for a grid, round(sqrt(n)) for a sequence (as the paper)."""
+    height, width = token_grid(grid, n)
+    return width if height > 1 else max(1, round(math.sqrt(n)))
+
+
+def strided_pattern(n: int, l: int) -> torch.Tensor:  # noqa: E741 - l as in the paper
+    """Dense bool [n, n] of the bidirectional strided pattern A1 | A2 (the test oracle)."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return ((i - j).abs() < l) | ((i - j) % l == 0)
+
+
+def fixed_pattern(n: int, l: int, c: int) -> torch.Tensor:  # noqa: E741 - l as in the paper
+    """Dense bool [n, n] of the bidirectional fixed pattern A1 | A2 (the test oracle)."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j // l == i // l) | (j % l >= l - c)
+
+
+def _pad_tokens(x: torch.Tensor, front: int, back: int) -> torch.Tensor:
+    """Zero-pad the token axis (-2) of [B, H, n, d]."""
+    return torch.nn.functional.pad(x, (0, 0, front, back))
+
+
+def _pad_mask(valid: torch.Tensor, front: int, back: int) -> torch.Tensor:
+    """Pad a bool [B, n] key-validity mask with False (padding is never a key)."""
+    return torch.nn.functional.pad(valid, (front, back), value=False)
+
+
+def _bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive score bias: 0 where allowed, the dtype's finite minimum elsewhere.
+
+    Finite rather than -inf, so a row with no allowed key gives uniform junk instead of NaN
+    (in the forward pass and in its gradients); such rows are only padding or masked
+    queries, which the caller drops or zeroes.
+    """
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+class _Sparse(Backend):
+    """Shared parts: resolving l, the dense oracle map (attention_map also takes the grid)."""
+
+    spatial = True
+    backward = True
+
+    def stride(self, n: int, grid: tuple[int, int] | None = None) -> int:
+        return int(self.values["l"]) or auto_stride(n, grid)
+
+    def pattern(self, n: int, grid: tuple[int, int] | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def attention_map(self, q, k, mask=None, grid=None):
+        """Dense [B, H, n, n] weights: softmax restricted to the pattern (small n only)."""
+        n = k.shape[-2]
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        allowed = self.pattern(n, grid).to(q.device)[None, None]
+        if mask is not None:
+            allowed = allowed & key_mask(mask)
+        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        return torch.nan_to_num(weights, nan=0.0)  # rows whose every allowed key is masked
+
+
+@register
+class SparseStrided(_Sparse):
+    """Strided pattern: a local band of width l plus every l-th token (same column)."""
+
+    name = "sparse-strided"
+    params = {
+        "l": int_param(0, 0, None, "stride and band width; 0 = auto: W for a grid, sqrt(n)"),
+    }
+    complexity = "O(n (l + n/l) d) time and memory; O(n^1.5 d) at l = sqrt(n)"
+    summary = "Sparse Transformer strided pattern (Child et al. 2019), bidirectional"
+
+    def pattern(self, n, grid=None):
+        return strided_pattern(n, self.stride(n, grid))
+
+    def forward(self, q, k, v, mask=None, grid=None):
+        """Block-sparse: block r of l queries scores key blocks r-1..r+1 (the band) and the
+        m = ceil(n/l) keys of each query's column (the stride), as [l, m, m] matmuls."""
+        b, h, n, d = q.shape
+        l = self.stride(n, grid)  # noqa: E741 - l as in the paper
+        m = -(-n // l)
+        pad = m * l - n
+        valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
+        q = q * (1.0 / math.sqrt(d))
+
+        # A1, the band |i - j| < l: key blocks r-1, r, r+1 around query block r.
+        kp, vp = _pad_tokens(k, l, l + pad), _pad_tokens(v, l, l + pad)
+        kb = kp.unflatten(-2, (m + 2, l))
+        vb = vp.unflatten(-2, (m + 2, l))
+        k_win = torch.cat([kb[..., :-2, :, :], kb[..., 1:-1, :, :], kb[..., 2:, :, :]], -2)
+        v_win = torch.cat([vb[..., :-2, :, :], vb[..., 1:-1, :, :], vb[..., 2:, :, :]], -2)
+        mb = _pad_mask(valid, l, l + pad).unflatten(-1, (m + 2, l))
+        ok_win = torch.cat([mb[:, :-2], mb[:, 1:-1], mb[:, 2:]], -1)  # [B, m, 3l]
+        off = torch.arange(l, device=q.device)
+        band = (off[:, None] + l - torch.arange(3 * l, device=q.device)[None, :]).abs() < l
+        bias1 = _bias(band[None, None] & ok_win[:, :, None, :], q.dtype)  # [B, m, l, 3l]
+        qb = _pad_tokens(q, 0, pad).unflatten(-2, (m, l))  # [B, H, m, l, d]
+        s1 = (qb @ k_win.transpose(-1, -2)).add_(bias1[:, None])
+
+        # A2, the stride (i - j) mod l = 0: column t = i mod l, key rows s != r (s = r is the
+        # query itself, already in the band), as [l, m, m] score blocks.
+        kc = _pad_tokens(k, 0, pad).unflatten(-2, (m, l)).transpose(-3, -2)  # [B, H, l, m, d]
+        vc = _pad_tokens(v, 0, pad).unflatten(-2, (m, l)).transpose(-3, -2)
+        ok_col = _pad_mask(valid, 0, pad).unflatten(-1, (m, l)).transpose(-1, -2)  # [B, l, m]
+        off_diag = ~torch.eye(m, dtype=torch.bool, device=q.device)
+        bias2 = _bias(off_diag[None, None] & ok_col[:, :, None, :], q.dtype)  # [B, l, m, m]
+        s2 = (qb.transpose(-3, -2) @ kc.transpose(-1, -2)).add_(bias2[:, None])
+
+        # One softmax over both key sets of each query: [B, H, m, l, 3l + m].
+        w = torch.softmax(torch.cat([s1, s2.transpose(-3, -2)], -1), -1)
+        out = w[..., : 3 * l] @ v_win + (w[..., 3 * l :].transpose(-3, -2) @ vc).transpose(-3, -2)
+        out = out.flatten(-3, -2)[..., :n, :]
+        return zero_masked_rows(out, mask)
+
+    def predicted_bytes(self, batch, heads, n, d, itemsize):
+        l = max(1, round(math.sqrt(n))) if not self.values["l"] else int(self.values["l"])  # noqa: E741
+        m = -(-n // l)
+        return 3 * batch * heads * m * l * (3 * l + m) * itemsize  # scores, exps, masks
+
+
+@register
+class SparseFixed(_Sparse):
+    """Fixed pattern: the query's own block of l plus the last c tokens of every block."""
+
+    name = "sparse-fixed"
+    params = {
+        "l": int_param(0, 0, None, "block length; 0 = auto: W for a grid, sqrt(n)"),
+        "c": int_param(1, 1, None, "summary tokens per block, 1..l (clamped to l when l=auto)"),
+    }
+    complexity = "O(n (l + c n/l) d) time and memory; O(n^1.5 d) at l = sqrt(n), c = 1"
+    summary = "Sparse Transformer fixed pattern (Child et al. 2019), bidirectional"
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        l, c = int(self.values["l"]), int(self.values["c"])  # noqa: E741
+        if c < 1 or l < 0 or (l and c > l):
+            raise UsageError(f"sparse-fixed: need 1 <= c <= l, got l={l}, c={c}")
+
+    def summary_width(self, l: int) -> int:  # noqa: E741
+        return min(int(self.values["c"]), l)
+
+    def pattern(self, n, grid=None):
+        l = self.stride(n, grid)  # noqa: E741
+        return fixed_pattern(n, l, self.summary_width(l))
+
+    def forward(self, q, k, v, mask=None, grid=None):
+        """Block-sparse: block r of l queries scores its own block (A1) and the c summary keys
+        of every other block (A2; its own summaries are already in A1)."""
+        b, h, n, d = q.shape
+        l = self.stride(n, grid)  # noqa: E741
+        c = self.summary_width(l)
+        m = -(-n // l)
+        pad = m * l - n
+        valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
+        q = q * (1.0 / math.sqrt(d))
+        v_pad = _pad_tokens(v, 0, pad)
+
+        qp = _pad_tokens(q, 0, pad)
+        qb, kb, vb = (t.unflatten(-2, (m, l)) for t in (qp, _pad_tokens(k, 0, pad), v_pad))
+        ok = _pad_mask(valid, 0, pad).unflatten(-1, (m, l))  # [B, m, l]
+        s1 = (qb @ kb.transpose(-1, -2)).add_(_bias(ok, q.dtype)[:, None, :, None, :])
+
+        ks = kb[..., l - c :, :].flatten(-3, -2)  # [B, H, m*c, d], block s's summaries
+        vs = vb[..., l - c :, :].flatten(-3, -2)
+        own = torch.arange(m, device=q.device)
+        other = own[:, None] != own.repeat_interleave(c)[None, :]  # [m(r), m*c]
+        bias2 = _bias(other[None] & ok[:, :, l - c :].flatten(1)[:, None, :], q.dtype)
+        s2 = (qp @ ks.transpose(-1, -2)).unflatten(-2, (m, l)).add_(bias2[:, None, :, None, :])
+
+        # One softmax over both key sets of each query: [B, H, m, l, l + m*c].
+        w = torch.softmax(torch.cat([s1, s2], -1), -1)
+        summaries = w[..., l:].flatten(-3, -2) @ vs  # [B, H, m*l, dv]
+        out = (w[..., :l] @ vb).flatten(-3, -2) + summaries
+        out = out[..., :n, :]
+        return zero_masked_rows(out, mask)
+
+    def predicted_bytes(self, batch, heads, n, d, itemsize):
+        l = max(1, round(math.sqrt(n))) if not self.values["l"] else int(self.values["l"])  # noqa: E741
+        c = min(int(self.values["c"]), l)
+        m = -(-n // l)
+        return 3 * batch * heads * m * l * (l + m * c) * itemsize
