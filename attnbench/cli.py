@@ -249,10 +249,13 @@ def _query(text: str | None) -> tuple[int, int] | None:
 @app.command("error")
 def error_cmd(
     hashes: str = typer.Option("8..128", help="numbers of hashes m: 8..128 doubles 8, 16, ..."),
-    seq: str = typer.Option("64..4096", help="lengths n: a value, list or doubling range"),
+    seq: str = typer.Option(None, help="lengths n: a value, list or doubling range (64..4096)"),
+    grid: str = typer.Option(None, help="image sizes HxW instead (blobs and image:NAME inputs)"),
     tau: str = typer.Option("8", help="bits per hash code, 1..24, or auto = ceil(log2 n)"),
     trials: int = typer.Option(3, help="independent seeds per case (mean and std)"),
-    inputs: str = typer.Option("clustered", help="random, clustered, or a .npz/.pt with q, k, v"),
+    inputs: str = typer.Option(
+        "clustered", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
+    ),
     backends: str = typer.Option("", help="also compare these backends with exact softmax"),
     batch: int = typer.Option(1, help="batch size (generated inputs)"),
     heads: int = typer.Option(4, help="attention heads (generated inputs)"),
@@ -272,14 +275,21 @@ def error_cmd(
         tau_value = tau_param().parse(tau)
     except ValueError as exc:
         raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
-    seqs = parse_sizes(seq, "--seq")
-    # a file's own shape replaces batch, heads and dim
+    if seq is not None and grid is not None:
+        raise UsageError("--seq and --grid both set the lengths; give one of them")
+    grids = parse_grids(grid, "--grid") if grid is not None else None
+    seqs = parse_sizes("64..4096" if seq is None else seq, "--seq") if grids is None else []
+    # a file's own shape replaces batch, heads and dim; images have one head
     source = Inputs(
         inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim")
     )
-    source.check_lengths(seqs)
+    if source.on_grid and grids is None:
+        raise UsageError(f"--inputs {inputs} is an image: give its size with --grid HxW")
+    if grids is None:
+        source.check_lengths(seqs)
     spec = ErrorSpec(
         seqs=seqs,
+        grids=grids,
         hashes=parse_sizes(hashes, "--hashes"),
         tau=tau_value,
         trials=positive(trials, "--trials"),

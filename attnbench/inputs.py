@@ -97,10 +97,22 @@ class Inputs:
     def __init__(self, kind: str, batch: int, heads: int, dim: int):
         self.kind, self.batch, self.heads, self.dim = kind, batch, heads, dim
         self.data = None
-        if kind not in KINDS:
+        if self.on_grid:  # images: one picture, one head
+            from attnbench.images import IMAGES
+
+            name = kind.removeprefix("image:")
+            if kind != "blobs" and name not in IMAGES:
+                raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
+            self.batch = self.heads = 1
+        elif kind not in KINDS:
             self.data = load_qkv(Path(kind))
             _, self.heads, self.max_n, self.dim = self.data[0].shape
             self.batch = self.data[0].shape[0]
+
+    @property
+    def on_grid(self) -> bool:
+        """Image inputs (blobs, image:NAME) exist only on an H x W grid."""
+        return self.kind == "blobs" or self.kind.startswith("image:")
 
     @property
     def label(self) -> str:
@@ -112,8 +124,16 @@ class Inputs:
                 f"--seq: {max(seqs)} is longer than the {self.max_n} tokens in {self.label}"
             )
 
-    def make(self, n: int, seed: int, dtype: torch.dtype, device: str) -> list[torch.Tensor]:
-        if self.kind == "random":
+    def make(
+        self, n: int, seed: int, dtype: torch.dtype, device: str, grid=None
+    ) -> list[torch.Tensor]:
+        if self.on_grid:
+            from attnbench.images import grid_qkv
+
+            if grid is None:
+                raise UsageError(f"--inputs {self.kind} needs --grid HxW")
+            qkv = grid_qkv(self.kind, grid[0], grid[1], self.dim, seed)
+        elif self.kind == "random":
             qkv = random_qkv(self.batch, self.heads, n, self.dim, seed)
         elif self.kind == "clustered":
             qkv = clustered_qkv(self.batch, self.heads, n, self.dim, seed)

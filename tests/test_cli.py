@@ -604,3 +604,33 @@ def test_time_refuses_seq_and_grid_together(tmp_path):
     result = invoke("time", "--seq", "64", "--grid", "8x8", "--csv", tmp_path / "r.csv")
     assert result.exit_code == 2 and "--seq and --grid" in result.output
     assert files_under(tmp_path) == []
+
+
+def test_error_on_image_grids_reports_scram_search_metrics(tmp_path):
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--inputs", "blobs", "--grid", "16x16", "--hashes", "8", "--trials", "1",
+        "--dim", "3", "--backends", "scram:kappa=2,b=1,sparse-strided", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["inputs"] == "blobs 16x16").all() and (df["seq"] == 256).all()
+    scram = df[df["backend"].str.startswith("scram")].set_index("metric")["value"]
+    assert 0.9 <= scram["argmax_hit_rate"] <= 1 and 0.9 <= scram["recall_at_kappa"] <= 1
+    assert 0 < scram["captured_mass_vs_softmax"] <= 1
+    strided = df[df["backend"].str.startswith("sparse-strided")]
+    assert "argmax_hit_rate" not in set(strided["metric"])  # only searching backends have it
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--inputs", "blobs"], "give its size with --grid"),
+        (["--inputs", "image:nope", "--grid", "8x8"], "unknown image"),
+        (["--seq", "64", "--grid", "8x8"], "--seq and --grid"),
+    ],
+)
+def test_error_image_input_mistakes(tmp_path, args, message):
+    result = invoke("error", *args, "--csv", tmp_path / "e.csv")
+    assert result.exit_code == 2 and message in result.output
+    assert files_under(tmp_path) == []

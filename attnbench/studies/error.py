@@ -16,7 +16,13 @@ import torch
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.softmax import softmax_weights
 from attnbench.inputs import Inputs
-from attnbench.metrics import VS_SOFTMAX, map_metrics, mean_radian
+from attnbench.metrics import (
+    VS_SOFTMAX,
+    argmax_hit_rate,
+    map_metrics,
+    mean_radian,
+    recall_at_k,
+)
 from attnbench.results import Row
 
 
@@ -31,8 +37,15 @@ class ErrorSpec:
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
     seed: int = 0
+    grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
+
+    def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
+        """(n, grid) of every case: grid None for a 1-D sequence."""
+        return list(zip(self.seqs, self.grids or [None] * len(self.seqs), strict=True))
 
     def __post_init__(self):
+        if self.grids:
+            self.seqs = [h * w for h, w in self.grids]
         # built here so that a bad m or tau fails before any work starts
         self.yoso_e = get_backend(f"yoso-e:tau={self.tau}")
         self.yoso = [
@@ -59,13 +72,13 @@ def run_error(
     seed, so each trial is an independent, reproducible draw.
     """
     yoso_e, yoso = spec.yoso_e, spec.yoso
-    for n in spec.seqs:
+    for n, grid in spec.layouts():
         errors: dict[tuple[str, str], list[float]] = {}
         impl: dict[str, str] = {}
         for trial in range(spec.trials):
             on_step(f"n={n} trial {trial + 1}/{spec.trials}")
             seed = spec.seed + trial
-            q, k, v = spec.inputs.make(n, seed, spec.dtype, spec.device)
+            q, k, v = spec.inputs.make(n, seed, spec.dtype, spec.device, grid)
             with torch.no_grad():
                 expected = yoso_e(q, k, v)
                 for backend in yoso:
@@ -81,25 +94,49 @@ def run_error(
                     trial_backend = (
                         backend.with_values(seed=seed) if backend.stochastic else backend
                     )
-                    out = trial_backend(q, k, v)
+                    out = trial_backend(q, k, v, grid=grid)
                     impl[backend.spec] = trial_backend.impl(spec.device)
-                    for metric, fn in VS_SOFTMAX.items():
-                        errors.setdefault((backend.spec, metric), []).append(fn(out, reference))
-                    for metric, value in _map_metrics(trial_backend, q, k, weights).items():
+                    found = {metric: fn(out, reference) for metric, fn in VS_SOFTMAX.items()}
+                    found |= _map_metrics(trial_backend, q, k, weights, grid)
+                    found |= _search_metrics(trial_backend, q, k, grid)
+                    for metric, value in found.items():
                         errors.setdefault((backend.spec, metric), []).append(value)
         yield [
-            _row(spec, n, name, impl[name], metric, values)
+            _row(spec, n, grid, name, impl[name], metric, values)
             for (name, metric), values in errors.items()
         ]
 
 
-def _map_metrics(backend: Backend, q, k, weights) -> dict[str, float]:
+def _map_metrics(backend: Backend, q, k, weights, grid) -> dict[str, float]:
     """Captured mass and TV distance, for backends that can show their attention map."""
     try:
-        amap = backend.map_of(q, k)
+        amap = backend.map_of(q, k, grid=grid)
     except NotImplementedError:
         return {}
     return map_metrics(weights, amap)
+
+
+def _search_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
+    """For backends that search keys (SCRAM's PatchMatch): argmax hit rate and recall@kappa
+    against brute force (top-kappa, or greedy suppression with separation L for modes)."""
+    if not hasattr(backend, "matches"):
+        return {}
+    from attnbench.backends.registry import token_grid
+    from attnbench.kernels.patchmatch import reference
+
+    b, h, n, d = q.shape
+    height, width = token_grid(grid, n)
+    found, scores = backend.matches(q, k, (height, width))
+    qf, kf = q.reshape(b * h, n, d), k.reshape(b * h, n, d)
+    kappa = found.shape[-1]
+    if backend.values.get("variant") == "mode":
+        truth, _ = reference.topk_mode(qf, kf, height, width, kappa, backend.values["L"])
+    else:
+        truth, _ = reference.topk_max(qf, kf, kappa)
+    return {
+        "argmax_hit_rate": argmax_hit_rate(scores[..., 0], reference.scores(qf, kf)),
+        "recall_at_kappa": recall_at_k(found.long(), truth),
+    }
 
 
 UNITS = {
@@ -109,10 +146,12 @@ UNITS = {
     "captured_mass": "",
     "captured_mass_p5": "",
     "tv": "",
+    "argmax_hit_rate": "",
+    "recall_at_kappa": "",
 }
 
 
-def _row(spec: ErrorSpec, n: int, backend: str, impl: str, metric: str, values: list[float]):
+def _row(spec: ErrorSpec, n: int, grid, backend: str, impl: str, metric: str, values):
     vals = np.asarray(values, dtype=np.float64)
     return Row(
         study="error",
@@ -121,7 +160,7 @@ def _row(spec: ErrorSpec, n: int, backend: str, impl: str, metric: str, values: 
         device=spec.device,
         dtype=str(spec.dtype).removeprefix("torch."),
         mode="fwd",
-        inputs=spec.inputs.label,
+        inputs=spec.inputs.label if grid is None else f"{spec.inputs.label} {grid[0]}x{grid[1]}",
         batch=spec.inputs.batch,
         heads=spec.inputs.heads,
         seq=n,
