@@ -29,7 +29,10 @@ def test_specs_name_every_parameter(spec, canonical):
 @pytest.mark.parametrize(
     "spec, fragment",
     [
-        ("nosuch", "valid: scram, sdpa, softmax, sparse-fixed, sparse-strided, yoso, yoso-e"),
+        (
+            "nosuch",
+            "valid: scram, scram-mh, scram-snis, sdpa, softmax, sparse-fixed, sparse-strided,",
+        ),
         ("yoso:bogus=1", "valid: m, tau, seed, hash"),
         ("sdpa:m=1", "no parameter 'm'; valid: none"),
         ("yoso:tau=25", "1..24"),

@@ -1,6 +1,14 @@
 """Attention backends. Importing this package registers the built-in ones."""
 
-from attnbench.backends import scram, sdpa, softmax, sparse, yoso, yoso_e  # noqa: F401
+from attnbench.backends import (  # noqa: F401  (registration)
+    scram,
+    scram_mc,
+    sdpa,
+    softmax,
+    sparse,
+    yoso,
+    yoso_e,
+)
 from attnbench.backends.registry import (
     Backend,
     Param,

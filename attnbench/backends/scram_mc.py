@@ -1,0 +1,254 @@
+"""SCRAM's Monte Carlo estimators (seed 002, Sec. 4.2.2): unbiased-in-the-limit alternatives
+to the sparse softmax, seeded by the PatchMatch modes of the `scram` backend.
+
+`scram-snis` draws keys from a mixture of discrete RBF bumps at the modes plus a uniform
+floor (eq. 17) and self-normalises the importance weights (eqs. 13-14); `scram-mh` runs
+kappa Metropolis-Hastings chains per query from the modes. Both are plain torch,
+vectorised over queries, samples and chains; MH loops only over its sequential steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnbench.backends.registry import Param, int_param, register
+from attnbench.backends.scram import SCRAM, _jumps, _variant
+from attnbench.errors import UsageError
+from attnbench.kernels.patchmatch.core import MAX_KAPPA
+
+
+def _unit(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be in [0, 1]")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0.0):
+        raise ValueError("must be > 0")
+    return value
+
+
+_COMMON = {
+    "kappa": int_param(4, 1, MAX_KAPPA, "PatchMatch modes per query"),
+    "variant": Param("mode", _variant, "max: best distinct keys; mode: L apart"),
+    "L": int_param(2, 1, None, "least Chebyshev distance between modes"),
+    "T": int_param(8, 1, None, "PatchMatch iterations"),
+    "jumps": Param((8, 4, 2, 1), _jumps, "propagation steps, e.g. 8/4/2/1"),
+}
+
+
+def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [G, n, e] at idx [G, n, c] -> [G, n, c, e]: one gather, no loop over queries."""
+    g, n, c = idx.shape
+    flat = idx.reshape(g, n * c, 1).expand(-1, -1, x.shape[-1])
+    return x.gather(1, flat).view(g, n, c, x.shape[-1])
+
+
+def _scores_at(q: torch.Tensor, k: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """s = q_i . k_j / sqrt(d) only at the sampled keys j = idx[g, i, c]."""
+    return (q.unsqueeze(2) * _gather_rows(k, idx)).sum(-1) / math.sqrt(q.shape[-1])
+
+
+class _SCRAMMonteCarlo(SCRAM):
+    """Shared plumbing: flattening heads, the mode search, grid and mask checks."""
+
+    backward = False
+    stochastic = True
+    spatial = True
+
+    def impl(self, device: str) -> str:
+        return "torch"
+
+    def _check(self, grid: tuple[int, int]) -> None:
+        height, width = grid
+        if self.values["kappa"] > height * width:
+            kappa = self.values["kappa"]
+            raise UsageError(f"{self.name}: kappa={kappa} exceeds the {height * width} keys")
+
+    def _prepare(self, q, k, mask, grid):
+        if mask is not None:
+            raise UsageError(f"{self.name} does not take a mask yet")
+        self._check(grid)
+        b, h, n, d = q.shape
+        found, _ = self.matches(q, k, grid)
+        qf = q.reshape(b * h, n, d).float()
+        kf = k.reshape(b * h, n, d).float()
+        return qf, kf, found.long()
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        return torch.Generator(device=device).manual_seed(int(self.values["seed"]))
+
+    def predicted_bytes(self, batch, heads, n, d, itemsize):
+        per_query = self.values["kappa"] * 8 + self.values["samples"] * (d + 8) * 4
+        return batch * heads * n * per_query
+
+
+@register
+class SCRAMSNIS(_SCRAMMonteCarlo):
+    """Self-normalised importance sampling with the mode-mixture proposal (eq. 17)."""
+
+    name = "scram-snis"
+    params = {
+        **_COMMON,
+        "samples": int_param(64, 1, None, "keys drawn per query"),
+        "alpha": Param(0.9, _unit, "proposal mass on the mode bumps (rest uniform)"),
+        "phi": Param(1.5, _positive, "RBF length-scale of each mode bump, pixels"),
+        "seed": int_param(0, 0, None, "seed of PatchMatch and of the draws"),
+    }
+    complexity = "O(n (T log n + samples) d)"
+    summary = "SCRAM-SNIS: importance sampling from RBF bumps at PatchMatch modes + uniform"
+    last_ess: float = float("nan")
+
+    def _bump_tables(self, size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per axis position c: CDF [size, 2R+1] of the clipped 1-D bump, and its norm.
+
+        The bump exp(-(dy^2 + dx^2) / (2 phi^2)) on a square window clipped to the grid is
+        a product of two clipped 1-D bumps, so each axis is drawn and normalised alone.
+        """
+        phi = self.values["phi"]
+        radius = math.ceil(3 * phi)
+        offsets = torch.arange(-radius, radius + 1, device=device)
+        pos = torch.arange(size, device=device)[:, None] + offsets
+        inside = (pos >= 0) & (pos < size)
+        bump = torch.exp(-(offsets.double() ** 2) / (2 * phi**2)) * inside
+        norm = bump.sum(-1)
+        return (bump.cumsum(-1) / norm[:, None]).float(), norm.float()
+
+    def _sample(self, found, grid, samples, gen):
+        """Draw keys from r_i and return them with r_i at each draw, [G, n, samples]."""
+        height, width = grid
+        g, n, kappa = found.shape
+        alpha, phi = self.values["alpha"], self.values["phi"]
+        dev = found.device
+        radius = math.ceil(3 * phi)
+        valid = found >= 0
+        cdf_y, norm_y = self._bump_tables(height, dev)
+        cdf_x, norm_x = self._bump_tables(width, dev)
+
+        # Component: mode m with probability alpha/kappa, else uniform; a missing mode's
+        # share goes to the uniform part, as the brief's proposal says.
+        u = torch.rand(g, n, samples, generator=gen, device=dev)
+        pick = (u / alpha * kappa).long().clamp(max=kappa - 1) if alpha > 0 else None
+        use_mode = u < alpha
+        if pick is None:
+            pick = torch.zeros_like(use_mode, dtype=torch.long)
+        mode = found.gather(2, pick)
+        use_mode &= mode >= 0
+        mode = mode.clamp(min=0)
+        my, mx = mode // width, mode % width
+        uy = torch.rand(g, n, samples, 1, generator=gen, device=dev)
+        ux = torch.rand(g, n, samples, 1, generator=gen, device=dev)
+        dy = (uy > cdf_y[my]).sum(-1).clamp(max=2 * radius) - radius
+        dx = (ux > cdf_x[mx]).sum(-1).clamp(max=2 * radius) - radius
+        local = (my + dy) * width + (mx + dx)
+        uniform = torch.randint(0, n, (g, n, samples), generator=gen, device=dev)
+        keys = torch.where(use_mode, local, uniform)
+
+        # r_i(j) = alpha/kappa sum_m g(j; mode_m) + (1 - alpha + alpha * missing/kappa) / n
+        ky, kx = (keys // width).unsqueeze(-1), (keys % width).unsqueeze(-1)
+        fy, fx = (found.clamp(min=0) // width)[:, :, None], (found.clamp(min=0) % width)[:, :, None]
+        oy, ox = ky - fy, kx - fx
+        near = (oy.abs() <= radius) & (ox.abs() <= radius) & valid[:, :, None]
+        dens = torch.exp(-(oy**2 + ox**2).float() / (2 * phi**2))
+        dens = dens / (norm_y[fy] * norm_x[fx])
+        missing = (~valid).sum(-1, keepdim=True).float()
+        floor = (1 - alpha + alpha * missing / kappa) / n
+        r = alpha / kappa * (dens * near).sum(-1) + floor
+        return keys, r
+
+    def _weights(self, q, k, found, grid):
+        """Sampled keys and their self-normalised weights; records the mean ESS."""
+        samples = self.values["samples"]
+        keys, r = self._sample(found, grid, samples, self._generator(q.device))
+        s = _scores_at(q, k, keys)
+        w = torch.exp(s - s.amax(-1, keepdim=True)) / r
+        total = w.sum(-1, keepdim=True)
+        self.last_ess = float((total.squeeze(-1) ** 2 / (w**2).sum(-1)).mean())
+        return keys, w / total
+
+    def forward(self, q, k, v, mask=None, grid=None):
+        qf, kf, found = self._prepare(q, k, mask, grid)
+        b, h, n, _ = q.shape
+        keys, w = self._weights(qf, kf, found, grid)
+        vs = _gather_rows(v.reshape(b * h, n, -1).float(), keys)
+        out = (w.unsqueeze(-1) * vs).sum(2)
+        return out.view(b, h, n, -1).to(v.dtype)
+
+    def attention_map(self, q, k, mask=None, grid=None):
+        """The normalised importance weights scattered onto the keys they drew."""
+        qf, kf, found = self._prepare(q, k, mask, grid)
+        b, h, n, _ = q.shape
+        keys, w = self._weights(qf, kf, found, grid)
+        amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, keys, w)
+        return amap.view(b, h, n, n)
+
+
+@register
+class SCRAMMH(_SCRAMMonteCarlo):
+    """Metropolis-Hastings chains started at the PatchMatch modes, no burn-in."""
+
+    name = "scram-mh"
+    params = {
+        **_COMMON,
+        "samples": int_param(64, 1, None, "steps per chain (kappa chains per query)"),
+        "step": int_param(2, 1, None, "proposal half-width per axis, pixels"),
+        "seed": int_param(0, 0, None, "seed of PatchMatch and of the chains"),
+    }
+    complexity = "O(n (T log n + kappa samples) d)"
+    summary = "SCRAM-MH: Metropolis-Hastings chains from PatchMatch modes, mean of visits"
+    last_acceptance: float = float("nan")
+
+    def _visits(self, q, k, found, grid):
+        """Every visited state [G, n, kappa * samples] of all chains; records acceptance."""
+        height, width = grid
+        g, n, kappa = found.shape
+        steps, half = self.values["samples"], self.values["step"]
+        gen = self._generator(q.device)
+        dev = q.device
+        first = found[..., :1]
+        # A missing mode starts at the first mode (or at the query itself if none).
+        first = torch.where(first >= 0, first, torch.arange(n, device=dev).view(1, n, 1))
+        state = torch.where(found >= 0, found, first)
+        score = _scores_at(q, k, state)
+        visits = torch.empty(g, n, kappa, steps, dtype=torch.long, device=dev)
+        accepted = 0
+        shape = (g, n, kappa)
+        for t in range(steps):
+            dx = torch.randint(-half, half + 1, shape, generator=gen, device=dev)
+            if height > 1:  # a sequence only moves along x
+                dy = torch.randint(-half, half + 1, shape, generator=gen, device=dev)
+            else:
+                dy = torch.zeros_like(dx)
+            y, x = state // width + dy, state % width + dx
+            inside = (y >= 0) & (y < height) & (x >= 0) & (x < width)
+            proposal = torch.where(inside, y * width + x, state)
+            new_score = _scores_at(q, k, proposal)
+            log_u = torch.log(torch.rand(shape, generator=gen, device=dev))
+            accept = inside & (log_u < new_score - score)
+            state = torch.where(accept, proposal, state)
+            score = torch.where(accept, new_score, score)
+            accepted += int(accept.sum())
+            visits[..., t] = state
+        self.last_acceptance = accepted / (g * n * kappa * steps)
+        return visits.view(g, n, kappa * steps)
+
+    def forward(self, q, k, v, mask=None, grid=None):
+        qf, kf, found = self._prepare(q, k, mask, grid)
+        b, h, n, _ = q.shape
+        visits = self._visits(qf, kf, found, grid)
+        out = _gather_rows(v.reshape(b * h, n, -1).float(), visits).mean(2)
+        return out.view(b, h, n, -1).to(v.dtype)
+
+    def attention_map(self, q, k, mask=None, grid=None):
+        """Visit frequencies of the chains over the keys."""
+        qf, kf, found = self._prepare(q, k, mask, grid)
+        b, h, n, _ = q.shape
+        visits = self._visits(qf, kf, found, grid)
+        share = torch.full(visits.shape, 1.0 / visits.shape[-1], device=q.device)
+        amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, visits, share)
+        return amap.view(b, h, n, n)
