@@ -1,6 +1,6 @@
-"""Every YOSO CUDA kernel type-checks and compiles to PTX for a real GPU (via NVRTC, no GPU
-needed), so code the simulator accepts but a GPU would not (run-time local array sizes,
-untyped helpers) fails here."""
+"""Every CUDA kernel (YOSO's and SCRAM's) type-checks and compiles to PTX for a real GPU (via
+NVRTC, no GPU needed), so code the simulator accepts but a GPU would not (run-time local array
+sizes, untyped helpers) fails here."""
 
 import types
 
@@ -17,10 +17,16 @@ if not simulator_enabled():
     from numba import cuda
 
     from attnbench.kernels.lsh import cuda as lsh_cuda
+    from attnbench.kernels.patchmatch import cuda as pm_cuda
 
-    KERNELS = lsh_cuda.KERNELS
+    MODULES = {"lsh": lsh_cuda, "patchmatch": pm_cuda}
+    KERNELS = [
+        (family, name, *entry)
+        for family, module in MODULES.items()
+        for name, entry in sorted(module.KERNELS.items())
+    ]
 else:  # the simulator's cuda.jit returns no compilable dispatchers
-    KERNELS = {}
+    MODULES, KERNELS = {}, []
 
 
 @pytest.fixture
@@ -33,20 +39,23 @@ def fake_device(monkeypatch):
     )
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
-def test_kernel_compiles_to_ptx(name, fake_device):
-    kernel, signature = KERNELS[name]
+@pytest.mark.parametrize(
+    ("family", "name", "kernel", "signature"), KERNELS, ids=[f"{f}.{n}" for f, n, *_ in KERNELS]
+)
+def test_kernel_compiles_to_ptx(family, name, kernel, signature, fake_device):
     ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(8, 0))
     assert ".entry" in ptx
 
 
-def test_every_kernel_is_listed():
+@pytest.mark.parametrize(("family", "count"), [("lsh", 7), ("patchmatch", 4)])
+def test_every_kernel_is_listed(family, count):
+    module = MODULES[family]
     defined = {
         name
-        for name, value in vars(lsh_cuda).items()
+        for name, value in vars(module).items()
         if isinstance(value, numba.cuda.dispatcher.CUDADispatcher)
         and not value.targetoptions.get("device", False)
     }
-    assert len(defined) >= 7
-    listed = {kernel.py_func.__name__ for kernel, _ in KERNELS.values()}
+    assert len(defined) == count
+    listed = {kernel.py_func.__name__ for kernel, _ in module.KERNELS.values()}
     assert defined == listed
