@@ -139,21 +139,32 @@ def _bucket_sum(table, read_codes, g, r, col, start, count):
     return acc
 
 
+@cuda.jit(device=True)
+def _gather_thread(k, n_r, width):
+    """(g, r, column) of gather thread k; the column varies fastest (coalescing)."""
+    col = k % width
+    k //= width
+    return k // n_r, k % n_r, col
+
+
+@cuda.jit(device=True)
+def _accumulate(out, g, r, col, acc, first):
+    """The first chunk overwrites out (never assumed zeroed), later chunks add."""
+    if first:
+        out[g, r, col] = acc
+    else:
+        out[g, r, col] += acc
+
+
 @cuda.jit
 def _gather(read_codes, table, start, count, m, first, out):
     """out[g, r] (+)= bucket sums / m: one thread per (g, r, column); `first` overwrites."""
     k = cuda.grid(1)
     groups, n_r, width = out.shape
     if k < groups * n_r * width:
-        col = k % width
-        k //= width
-        r = k % n_r
-        g = k // n_r
+        g, r, col = _gather_thread(k, n_r, width)
         acc = _bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
-        if first:
-            out[g, r, col] = acc
-        else:
-            out[g, r, col] += acc
+        _accumulate(out, g, r, col, acc, first)
 
 
 @cuda.jit
@@ -162,16 +173,9 @@ def _gather_weighted(read_codes, read_weights, table, a, start, count, m, first,
     k = cuda.grid(1)
     groups, n_r, width = out.shape
     if k < groups * n_r * width:
-        col = k % width
-        k //= width
-        r = k % n_r
-        g = k // n_r
+        g, r, col = _gather_thread(k, n_r, width)
         acc = _bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
-        acc *= read_weights[g, r, a]
-        if first:
-            out[g, r, col] = acc
-        else:
-            out[g, r, col] += acc
+        _accumulate(out, g, r, col, acc * read_weights[g, r, a], first)
 
 
 _F3, _F4, _I3 = float32[:, :, ::1], float32[:, :, :, ::1], int32[:, :, ::1]

@@ -46,6 +46,22 @@ random_search_query = _helpers["random_search_query"]
 window_softmax_query = _helpers["window_softmax_query"]
 
 
+@cuda.jit(device=True)
+def _load(ids, sc, unit, kappa, list_ids, list_sc):
+    """A query's list from the field into its thread-local row 0."""
+    for i in range(kappa):
+        list_ids[0, i] = ids[unit, i]
+        list_sc[0, i] = sc[unit, i]
+
+
+@cuda.jit(device=True)
+def _store(list_ids, list_sc, kappa, ids, sc, unit):
+    """A thread-local list back into row `unit` of the field."""
+    for i in range(kappa):
+        ids[unit, i] = list_ids[0, i]
+        sc[unit, i] = list_sc[0, i]
+
+
 @cuda.jit
 def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc):
     """Random initial list of each query."""
@@ -56,9 +72,7 @@ def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc):
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
         init_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, W, scale, seed)
-        for i in range(kappa):
-            ids[unit, i] = list_ids[0, i]
-            sc[unit, i] = list_sc[0, i]
+        _store(list_ids, list_sc, kappa, ids, sc, unit)
 
 
 @cuda.jit
@@ -73,9 +87,7 @@ def _propagate_kernel(q, k, old_ids, old_sc, kappa, jump, mode, L, H, W, scale, 
         propagate_query(
             old_ids, old_sc, list_ids, list_sc, 0, q, k, b, p, kappa, jump, mode, L, H, W, scale
         )
-        for i in range(kappa):
-            ids[unit, i] = list_ids[0, i]
-            sc[unit, i] = list_sc[0, i]
+        _store(list_ids, list_sc, kappa, ids, sc, unit)
 
 
 @cuda.jit
@@ -87,13 +99,9 @@ def _random_search_kernel(q, k, kappa, mode, L, H, W, scale, seed, t, ids, sc):
         b, p = unit // n, unit % n
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
-        for i in range(kappa):
-            list_ids[0, i] = ids[unit, i]
-            list_sc[0, i] = sc[unit, i]
+        _load(ids, sc, unit, kappa, list_ids, list_sc)
         random_search_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, H, W, scale, seed, t)
-        for i in range(kappa):
-            ids[unit, i] = list_ids[0, i]
-            sc[unit, i] = list_sc[0, i]
+        _store(list_ids, list_sc, kappa, ids, sc, unit)
 
 
 @cuda.jit
