@@ -6,6 +6,7 @@ The choice is explicit and reported in result rows: "cuda" (a real GPU), "cuda-s
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import torch
@@ -40,3 +41,16 @@ def as_array(tensor: torch.Tensor):
 
         return cuda.as_cuda_array(tensor.detach())
     return tensor.detach().numpy()
+
+
+def kernel_module(family: str, target: str):
+    """The kernels of `family` ("lsh", "patchmatch") for a target: its `cpu` module on the
+    CPU, its `cuda` module on a GPU and under the simulator (imported only when needed)."""
+    return importlib.import_module(
+        f"attnbench.kernels.{family}.{'cpu' if target == 'cpu' else 'cuda'}"
+    )
+
+
+def contiguous(tensor: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Detached and C-contiguous in the dtype a kernel was compiled for (copied only if needed)."""
+    return tensor.detach().to(dtype).contiguous()

@@ -9,7 +9,7 @@ import numba
 import torch
 
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM, hash_chunk
-from attnbench.kernels.target import as_array, kernel_target
+from attnbench.kernels.target import as_array, contiguous, kernel_module, kernel_target
 from attnbench.measure.memory import available_bytes
 
 SMALL_TABLES = 256 * 2**20
@@ -19,24 +19,6 @@ class TableTooLarge(MemoryError):
     """The 2^tau-bucket hash tables do not fit in the free memory."""
 
 
-def _kernels(target: str):
-    if target == "cpu":
-        from attnbench.kernels.lsh import cpu
-
-        return cpu
-    from attnbench.kernels.lsh import cuda
-
-    return cuda
-
-
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(torch.float32).contiguous()
-
-
-def _i32(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(torch.int32).contiguous()
-
-
 def hash_codes(x: torch.Tensor, draws: torch.Tensor, kind: str, tau: int, m: int):
     """Codes int32 [G, n, m] of x [G, n, d] by the Gaussian (draws = projections) or the
     fast Hadamard hash (draws = +-1 diagonals)."""
@@ -44,9 +26,9 @@ def hash_codes(x: torch.Tensor, draws: torch.Tensor, kind: str, tau: int, m: int
     if kind == "fast" and target != "cpu" and draws.shape[-1] > MAX_PADDED_DIM:
         raise ValueError(f"hash=fast on CUDA supports d <= {MAX_PADDED_DIM}; use hash=gaussian")
     out = torch.empty(x.shape[0], x.shape[1], m, dtype=torch.int32, device=x.device)
-    kernels = _kernels(target)
+    kernels = kernel_module("lsh", target)
     fn = kernels.fast_codes if kind == "fast" else kernels.gaussian_codes
-    fn(as_array(_f32(x)), as_array(_f32(draws.to(x.device))), tau, as_array(out))
+    fn(as_array(contiguous(x)), as_array(contiguous(draws.to(x.device))), tau, as_array(out))
     return out
 
 
@@ -54,14 +36,15 @@ def cumulation(read_codes, write_codes, values, tau: int) -> torch.Tensor:
     """(1/m) sum over hashes of the values of the write rows sharing each read row's bucket."""
     groups, n_r, m = read_codes.shape
     out = torch.empty(groups, n_r, values.shape[-1], dtype=torch.float32, device=values.device)
-    args = [as_array(_i32(read_codes)), as_array(_i32(write_codes)), as_array(_f32(values))]
+    args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, write_codes)]
+    args.append(as_array(contiguous(values)))
     target = kernel_target(values)
     if target == "cpu":
         _check_tables(tau, _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1]))
-        _kernels(target).cumulation(*args, tau, as_array(out))
+        kernel_module("lsh", target).cumulation(*args, tau, as_array(out))
     else:
         table = _scratch(groups, m, tau, values.shape[-1], values.device)
-        _kernels(target).cumulation(*args, tau, as_array(out), as_array(table))
+        kernel_module("lsh", target).cumulation(*args, tau, as_array(out), as_array(table))
     return out
 
 
@@ -69,14 +52,14 @@ def weighted_cumulation(read_codes, write_codes, weights, vectors, read_weights,
     """(1/m) sum over hashes and write rows w in r's bucket of <rw_r, weights_w> vectors_w."""
     groups, n_r, m = read_codes.shape
     out = torch.empty(groups, n_r, vectors.shape[-1], dtype=torch.float32, device=vectors.device)
-    args = [as_array(_i32(read_codes)), as_array(_i32(write_codes))]
-    args += [as_array(_f32(t)) for t in (weights, vectors, read_weights)]
+    args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, write_codes)]
+    args += [as_array(contiguous(t)) for t in (weights, vectors, read_weights)]
     target = kernel_target(vectors)
     if target == "cpu":  # sorts rows by code: O(n) memory, no 2^tau tables
-        _kernels(target).weighted_cumulation(*args, tau, as_array(out))
+        kernel_module("lsh", target).weighted_cumulation(*args, tau, as_array(out))
     else:
         table = _scratch(groups, m, tau, vectors.shape[-1], vectors.device)
-        _kernels(target).weighted_cumulation(*args, tau, as_array(out), as_array(table))
+        kernel_module("lsh", target).weighted_cumulation(*args, tau, as_array(out), as_array(table))
     return out
 
 

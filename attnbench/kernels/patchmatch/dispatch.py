@@ -7,21 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.kernels.target import as_array, kernel_target
-
-
-def _kernels(target: str):
-    if target == "cpu":
-        from attnbench.kernels.patchmatch import cpu
-
-        return cpu
-    from attnbench.kernels.patchmatch import cuda
-
-    return cuda
-
-
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(torch.float32).contiguous()
+from attnbench.kernels.target import as_array, contiguous, kernel_module, kernel_target
 
 
 def patchmatch(
@@ -47,9 +33,9 @@ def patchmatch(
     matches = torch.empty(B, n, kappa, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, n, kappa, dtype=torch.float32, device=q.device)
     tmp_ids, tmp_sc = torch.empty_like(matches), torch.empty_like(scores)
-    arrays = [as_array(t) for t in (_f32(q), _f32(k), matches, scores, tmp_ids, tmp_sc)]
+    arrays = [as_array(t) for t in (contiguous(q), contiguous(k), matches, scores, tmp_ids, tmp_sc)]
     qa, ka, *fields = arrays
-    _kernels(kernel_target(q)).patchmatch(
+    kernel_module("patchmatch", kernel_target(q)).patchmatch(
         qa, ka, H, W, kappa, variant, L, T, tuple(jumps), seed, *fields
     )
     return matches, scores
@@ -68,7 +54,9 @@ def window_softmax(
         raise ValueError(f"matches must be key indices in [-1, {H * W})")
     out = torch.empty(B, n, dv, dtype=torch.float32, device=v.device)
     counts = torch.empty(B, n, dtype=torch.int32, device=v.device)
-    args = [as_array(_f32(t)) for t in (q, k, v)]
-    args.append(as_array(matches.detach().to(torch.int32).contiguous()))
-    _kernels(kernel_target(q)).window_softmax(*args, H, W, b, as_array(out), as_array(counts))
+    args = [as_array(contiguous(t)) for t in (q, k, v)]
+    args.append(as_array(contiguous(matches, torch.int32)))
+    kernel_module("patchmatch", kernel_target(q)).window_softmax(
+        *args, H, W, b, as_array(out), as_array(counts)
+    )
     return out, counts
