@@ -182,6 +182,32 @@ def test_rng_is_deterministic_and_spread():
     assert core.mul32(0xFFFFFFFF, 0xFFFFFFFF) == (0xFFFFFFFF * 0xFFFFFFFF) % 2**32
 
 
+def test_rand_pair_covers_the_window_uniformly():
+    key = core.rng_key(5, 0, 3, 1)
+    pairs = [core.rand_pair(key, i, 3, 4) for i in range(6000)]
+    assert pairs == [core.rand_pair(key, i, 3, 4) for i in range(6000)]
+    cells = np.bincount([a * 4 + b for a, b in pairs], minlength=12)
+    assert len(cells) == 12 and cells.min() > 400 and cells.max() < 600  # 500 expected
+
+
+@pytest.mark.parametrize("H, W, T, jumps", [(16, 16, 8, (8, 4, 2, 1)), (7, 13, 5, (4, 1, 1))])
+@pytest.mark.parametrize("inputs", ["random", "smooth"])
+def test_skipping_unchanged_neighbours_changes_nothing(H, W, T, jumps, inputs):
+    """The max variant skips neighbours whose lists did not change since they were last
+    tried: the matches must equal those of a run that retries every neighbour."""
+    from attnbench.kernels.patchmatch import cpu
+
+    q, k = _random(2, H * W, 3)[:2] if inputs == "random" else _smooth(H, W)
+    q, k = q.numpy(), k.numpy()
+    runs = []
+    for prune in (True, False):
+        out = [np.empty((q.shape[0], H * W, 3), dt) for dt in (np.int32, np.float32) * 2]
+        changed = np.zeros((2, q.shape[0] * H * W), np.int32)
+        cpu.patchmatch(q, k, H, W, 3, "max", 1, T, jumps, 4, *out, changed, prune=prune)
+        runs.append(out[0].copy())
+    assert np.array_equal(runs[0], runs[1])
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

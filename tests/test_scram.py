@@ -20,6 +20,46 @@ def test_covering_every_key_equals_dense_softmax():
     torch.testing.assert_close(out, get_backend("softmax")(q, k, v), rtol=1e-5, atol=1e-6)
 
 
+def _mask(batch: int, n: int) -> torch.Tensor:
+    """Batch 0 drops its last keys, batch 1 a scattered third; batch 2 (if any) all."""
+    mask = torch.ones(batch, n, dtype=torch.bool)
+    mask[0, n - 6 :] = False
+    mask[1, ::3] = False
+    mask[2:] = False
+    return mask
+
+
+def test_covering_every_valid_key_equals_masked_softmax():
+    q, k, v = (t.expand(3, 2, -1, -1).clone() for t in grid_qkv("blobs", 4, 5, d=3))
+    mask = _mask(3, 20)
+    out = get_backend("scram:kappa=20,b=0")(q, k, v, mask, grid=(4, 5))
+    expected = get_backend("softmax")(q, k, v, mask)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(out).all() and (out[2] == 0).all()
+
+
+@pytest.mark.parametrize("variant", ["max", "mode"])
+def test_masked_keys_are_never_matched_nor_attended(variant):
+    q, k, v = (t.expand(2, 3, -1, -1).clone() for t in grid_qkv("image:camera", 12, 12, d=3))
+    mask = _mask(2, 144)
+    scram = get_backend(f"scram:kappa=3,b=1,variant={variant},L=2")
+    found, _ = scram.matches(q, k, (12, 12), mask)
+    rows_mask = mask.repeat_interleave(3, dim=0)
+    listed = found >= 0
+    assert listed[:, :, 0].all()  # every query still finds a valid key
+    assert rows_mask.gather(1, found.clamp(min=0).flatten(1)).view_as(found)[listed].all()
+    amap = scram.map_of(q, k, mask, grid=(12, 12))
+    assert (amap * ~mask[:, None, None, :] == 0).all()
+    # the output is the sparse softmax over the valid keys of the candidate windows
+    candidates = reference.window_candidates(found, 12, 12, 1) & rows_mask[:, None, :]
+    expected = reference.sparse_softmax_reference(
+        q.reshape(6, 144, 3), k.reshape(6, 144, 3), v.reshape(6, 144, 3), candidates
+    ).view(2, 3, 144, 3)
+    expected = expected * mask[:, None, :, None]
+    out = scram(q, k, v, mask, grid=(12, 12))
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=1e-5)
+
+
 def test_attention_map_is_softmax_on_the_candidates():
     q, k, _ = grid_qkv("blobs", 6, 6, d=3)
     scram = get_backend("scram:kappa=2,b=1")

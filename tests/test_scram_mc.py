@@ -1,6 +1,6 @@
 """The SCRAM Monte Carlo backends: their error vs exact softmax falls with samples, the
 proposal density matches the sampler (so SNIS is consistent), seeds repeat, diagnostics
-stay in range, and bad parameters or masks are refused."""
+stay in range, masks are honoured, and bad parameters are refused."""
 
 import math
 
@@ -47,7 +47,7 @@ def test_snis_density_matches_its_sampler(shape):
     # E_r[exp(s)/r] = sum_j exp(s_j) exactly when r is the density the draws come from.
     q, k, _ = grid_qkv("blobs", *shape, d=3)
     snis = get_backend("scram-snis:alpha=0.9,phi=1.5")
-    qf, kf, found = snis._prepare(q, k, None, shape)
+    qf, kf, found, _ = snis._prepare(q, k, None, shape)
     keys, r = snis._sample(found, shape, 20000, torch.Generator().manual_seed(1))
     s = qf[0] @ kf[0].T / math.sqrt(3)
     estimate = (s.gather(1, keys[0]).exp() / r[0]).mean(-1)
@@ -87,8 +87,26 @@ def test_batches_and_heads_and_masks(name):
     backend = get_backend(f"{name}:samples=16")
     out = backend(q, k, v, grid=(8, 8))
     assert out.shape == (2, 2, 64, 4) and torch.isfinite(out).all()
-    with pytest.raises(UsageError):
-        backend(q, k, v, mask=torch.ones(2, 64, dtype=torch.bool), grid=(8, 8))
+
+
+@pytest.mark.parametrize("name", ["scram-snis", "scram-mh"])
+def test_masked_keys_get_no_weight_and_masked_rows_are_zero(name, blobs):
+    q, k, v, _ = blobs
+    q, k, v = (t.expand(3, 2, -1, -1).clone() for t in (q, k, v))
+    mask = torch.ones(3, 144, dtype=torch.bool)
+    mask[0, 100:] = False
+    mask[1, ::2] = False
+    mask[2] = False
+    backend = get_backend(f"{name}:samples=512")
+    amap = backend.map_of(q, k, mask, grid=GRID)
+    assert (amap * ~mask[:, None, None, :] == 0).all()
+    torch.testing.assert_close(amap[:2].sum(-1), torch.ones(2, 2, 144))
+    out = backend(q, k, v, mask, grid=GRID)
+    assert torch.isfinite(out).all() and (out[2] == 0).all()
+    assert (out[0, :, 100:] == 0).all() and (out[1, :, ::2] == 0).all()
+    # still an estimate of the masked softmax
+    exact = get_backend("softmax")(q, k, v, mask)[:2]
+    assert float((out[:2] - exact).norm() / exact.norm()) < 0.15
 
 
 @pytest.mark.parametrize(

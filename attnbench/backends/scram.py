@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from attnbench.backends.masking import zero_masked_rows
 from attnbench.backends.registry import Backend, Param, int_param, register
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch import dispatch, reference
@@ -29,6 +30,13 @@ def _jumps(text: str) -> tuple[int, ...]:
     if not jumps or any(j < 1 for j in jumps):
         raise ValueError("positive steps separated by '/', e.g. 8/4/2/1")
     return jumps
+
+
+def head_mask(mask: torch.Tensor | None, heads: int) -> torch.Tensor | None:
+    """A [B, n] token mask repeated for every head: [B*heads, n], as the kernels see rows."""
+    if mask is None:
+        return None
+    return mask.repeat_interleave(heads, dim=0)
 
 
 @register
@@ -70,36 +78,38 @@ class SCRAM(Backend):
             kappa = self.values["kappa"]
             raise UsageError(f"scram: kappa={kappa} exceeds the {height * width} keys")
 
-    def matches(self, q, k, grid):
-        """PatchMatch's matches [B*H, n, kappa] and scores on the flattened heads."""
+    def matches(self, q, k, grid, mask=None):
+        """PatchMatch's matches [B*H, n, kappa] and scores on the flattened heads; masked-out
+        keys are never matched."""
         b, h, n, d = q.shape
         v = self.values
         return dispatch.patchmatch(
             q.reshape(b * h, n, d), k.reshape(b * h, n, d), grid[0], grid[1], v["kappa"],
-            v["variant"], v["L"], v["T"], v["jumps"], v["seed"],
+            v["variant"], v["L"], v["T"], v["jumps"], v["seed"], head_mask(mask, h),
         )  # fmt: skip
 
     def forward(self, q, k, v, mask=None, grid=None):
-        if mask is not None:
-            raise UsageError("scram does not take a mask yet")
         self._check(grid)
         b, h, n, d = q.shape
-        found, _ = self.matches(q, k, grid)
+        found, _ = self.matches(q, k, grid, mask)
         out, _ = dispatch.window_softmax(
             q.reshape(b * h, n, d), k.reshape(b * h, n, d), v.reshape(b * h, n, -1), found,
-            grid[0], grid[1], self.values["b"],
+            grid[0], grid[1], self.values["b"], head_mask(mask, h),
         )  # fmt: skip
-        return out.view(b, h, n, -1).to(v.dtype)
+        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
 
     def attention_map(self, q, k, mask=None, grid=None):
         """Softmax over each query's candidate keys, zero elsewhere (dense, small n only)."""
         self._check(grid)
         b, h, n, d = q.shape
-        found, _ = self.matches(q, k, grid)
+        found, _ = self.matches(q, k, grid, mask)
         candidates = reference.window_candidates(found, grid[0], grid[1], self.values["b"])
+        if mask is not None:
+            candidates = candidates & head_mask(mask, h)[:, None, :]
         scores = reference.scores(q.reshape(b * h, n, d), k.reshape(b * h, n, d))
         weights = torch.softmax(scores.masked_fill(~candidates, float("-inf")), dim=-1)
-        return weights.nan_to_num(0.0).view(b, h, n, n)
+        weights = weights.nan_to_num(0.0).view(b, h, n, n)
+        return weights
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
         return batch * heads * n * (4 * self.values["kappa"] * 4 + 2 * d * 4)

@@ -13,8 +13,9 @@ import math
 
 import torch
 
+from attnbench.backends.masking import zero_masked_rows
 from attnbench.backends.registry import Param, int_param, register
-from attnbench.backends.scram import SCRAM, _jumps, _variant
+from attnbench.backends.scram import SCRAM, _jumps, _variant, head_mask
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 
@@ -54,6 +55,13 @@ def _scores_at(q: torch.Tensor, k: torch.Tensor, idx: torch.Tensor) -> torch.Ten
     return (q.unsqueeze(2) * _gather_rows(k, idx)).sum(-1) / math.sqrt(q.shape[-1])
 
 
+def _key_ok(valid: torch.Tensor | None, keys: torch.Tensor) -> torch.Tensor:
+    """Whether each key of keys [G, n, c] may be attended (all True without a mask)."""
+    if valid is None:
+        return torch.ones_like(keys, dtype=torch.bool)
+    return valid.gather(1, keys.flatten(1)).view_as(keys)
+
+
 class _SCRAMMonteCarlo(SCRAM):
     """Shared plumbing: flattening heads, the mode search, grid and mask checks."""
 
@@ -71,14 +79,14 @@ class _SCRAMMonteCarlo(SCRAM):
             raise UsageError(f"{self.name}: kappa={kappa} exceeds the {height * width} keys")
 
     def _prepare(self, q, k, mask, grid):
-        if mask is not None:
-            raise UsageError(f"{self.name} does not take a mask yet")
+        """Flattened q, k [B*H, n, d], the PatchMatch modes and the key validity [B*H, n]
+        (None without a mask): masked keys are never modes and get no weight."""
         self._check(grid)
         b, h, n, d = q.shape
-        found, _ = self.matches(q, k, grid)
+        found, _ = self.matches(q, k, grid, mask)
         qf = q.reshape(b * h, n, d).float()
         kf = k.reshape(b * h, n, d).float()
-        return qf, kf, found.long()
+        return qf, kf, found.long(), head_mask(mask, h)
 
     def _generator(self, device: torch.device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(int(self.values["seed"]))
@@ -161,29 +169,35 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
         r = alpha / kappa * (dens * near).sum(-1) + floor
         return keys, r
 
-    def _weights(self, q, k, found, grid):
-        """Sampled keys and their self-normalised weights; records the mean ESS."""
+    def _weights(self, q, k, found, grid, valid):
+        """Sampled keys and their self-normalised weights; records the mean ESS.
+
+        A masked key's target density is 0, so its draws get weight 0; a row whose every
+        draw is masked gets all-zero weights (zero output, not NaN)."""
         samples = self.values["samples"]
         keys, r = self._sample(found, grid, samples, self._generator(q.device))
         s = _scores_at(q, k, keys)
         w = torch.exp(s - s.amax(-1, keepdim=True)) / r
+        w = w * _key_ok(valid, keys)
         total = w.sum(-1, keepdim=True)
-        self.last_ess = float((total.squeeze(-1) ** 2 / (w**2).sum(-1)).mean())
-        return keys, w / total
+        drawn = total.squeeze(-1) > 0
+        ess = total.squeeze(-1) ** 2 / (w**2).sum(-1)
+        self.last_ess = float(ess[drawn].mean()) if drawn.any() else float("nan")
+        return keys, w / total.clamp(min=torch.finfo(w.dtype).tiny)
 
     def forward(self, q, k, v, mask=None, grid=None):
-        qf, kf, found = self._prepare(q, k, mask, grid)
+        qf, kf, found, valid = self._prepare(q, k, mask, grid)
         b, h, n, _ = q.shape
-        keys, w = self._weights(qf, kf, found, grid)
+        keys, w = self._weights(qf, kf, found, grid, valid)
         vs = _gather_rows(v.reshape(b * h, n, -1).float(), keys)
         out = (w.unsqueeze(-1) * vs).sum(2)
-        return out.view(b, h, n, -1).to(v.dtype)
+        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
 
     def attention_map(self, q, k, mask=None, grid=None):
         """The normalised importance weights scattered onto the keys they drew."""
-        qf, kf, found = self._prepare(q, k, mask, grid)
+        qf, kf, found, valid = self._prepare(q, k, mask, grid)
         b, h, n, _ = q.shape
-        keys, w = self._weights(qf, kf, found, grid)
+        keys, w = self._weights(qf, kf, found, grid, valid)
         amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, keys, w)
         return amap.view(b, h, n, n)
 
@@ -203,8 +217,12 @@ class SCRAMMH(_SCRAMMonteCarlo):
     summary = "SCRAM-MH: Metropolis-Hastings chains from PatchMatch modes, mean of visits"
     last_acceptance: float = float("nan")
 
-    def _visits(self, q, k, found, grid):
-        """Every visited state [G, n, kappa * samples] of all chains; records acceptance."""
+    def _visits(self, q, k, found, grid, valid):
+        """Every visited state [G, n, kappa * samples] of all chains and whether each is a
+        valid key; records the acceptance rate.
+
+        A masked key has target density 0: proposals to it are rejected, and a chain that
+        starts on one (a query with no valid mode) accepts its first valid proposal."""
         height, width = grid
         g, n, kappa = found.shape
         steps, half = self.values["samples"], self.values["step"]
@@ -215,7 +233,9 @@ class SCRAMMH(_SCRAMMonteCarlo):
         first = torch.where(first >= 0, first, torch.arange(n, device=dev).view(1, n, 1))
         state = torch.where(found >= 0, found, first)
         score = _scores_at(q, k, state)
+        ok = _key_ok(valid, state)
         visits = torch.empty(g, n, kappa, steps, dtype=torch.long, device=dev)
+        visit_ok = torch.empty(g, n, kappa, steps, dtype=torch.bool, device=dev)
         accepted = 0
         shape = (g, n, kappa)
         for t in range(steps):
@@ -229,26 +249,35 @@ class SCRAMMH(_SCRAMMonteCarlo):
             proposal = torch.where(inside, y * width + x, state)
             new_score = _scores_at(q, k, proposal)
             log_u = torch.log(torch.rand(shape, generator=gen, device=dev))
-            accept = inside & (log_u < new_score - score)
+            new_ok = _key_ok(valid, proposal)
+            accept = inside & new_ok & (~ok | (log_u < new_score - score))
             state = torch.where(accept, proposal, state)
             score = torch.where(accept, new_score, score)
+            ok = ok | accept
             accepted += int(accept.sum())
             visits[..., t] = state
+            visit_ok[..., t] = ok
         self.last_acceptance = accepted / (g * n * kappa * steps)
-        return visits.view(g, n, kappa * steps)
+        return visits.view(g, n, kappa * steps), visit_ok.view(g, n, kappa * steps)
+
+    def _shares(self, q, k, found, grid, valid):
+        """Visited keys and each visit's share of the mean (visits of masked keys get 0)."""
+        visits, ok = self._visits(q, k, found, grid, valid)
+        counted = ok.float()
+        return visits, counted / counted.sum(-1, keepdim=True).clamp(min=1.0)
 
     def forward(self, q, k, v, mask=None, grid=None):
-        qf, kf, found = self._prepare(q, k, mask, grid)
+        qf, kf, found, valid = self._prepare(q, k, mask, grid)
         b, h, n, _ = q.shape
-        visits = self._visits(qf, kf, found, grid)
-        out = _gather_rows(v.reshape(b * h, n, -1).float(), visits).mean(2)
-        return out.view(b, h, n, -1).to(v.dtype)
+        visits, share = self._shares(qf, kf, found, grid, valid)
+        values = _gather_rows(v.reshape(b * h, n, -1).float(), visits)
+        out = (share.unsqueeze(-1) * values).sum(2)
+        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
 
     def attention_map(self, q, k, mask=None, grid=None):
         """Visit frequencies of the chains over the keys."""
-        qf, kf, found = self._prepare(q, k, mask, grid)
+        qf, kf, found, valid = self._prepare(q, k, mask, grid)
         b, h, n, _ = q.shape
-        visits = self._visits(qf, kf, found, grid)
-        share = torch.full(visits.shape, 1.0 / visits.shape[-1], device=q.device)
+        visits, share = self._shares(qf, kf, found, grid, valid)
         amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, visits, share)
         return amap.view(b, h, n, n)

@@ -17,12 +17,18 @@ def _inputs(B, n, d, seed):
     return [torch.randn(B, n, d, generator=g).numpy() for _ in range(3)]
 
 
-def _run(module, q, k, H, W, kappa, variant, L, T, jumps, seed):
+def _run(module, q, k, H, W, kappa, variant, L, T, jumps, seed, valid=None):
     B, n = q.shape[:2]
     fields = [np.full((B, n, kappa), -7, np.int32), np.full((B, n, kappa), np.nan, np.float32)]
     fields += [np.full((B, n, kappa), -7, np.int32), np.full((B, n, kappa), np.nan, np.float32)]
-    module.patchmatch(q, k, H, W, kappa, variant, L, T, jumps, seed, *fields)
+    changed = np.zeros((2, B * n), np.int32)
+    module.patchmatch(q, k, H, W, kappa, variant, L, T, jumps, seed, *fields, changed, valid)
     return fields[0], fields[1]
+
+
+def _valid(B, n, seed):
+    """A key mask as the kernels take it: uint8 [B, n], about a third of the keys 0."""
+    return (np.random.default_rng(seed).random((B, n)) > 0.33).astype(np.uint8)
 
 
 def test_small_blocks_under_the_simulator():
@@ -38,13 +44,19 @@ def test_small_blocks_under_the_simulator():
         (1, 3, 5, 1, "max", 1, 1, (1,)),  # odd number of passes: result in the 2nd buffer
         (1, 5, 7, 2, "mode", 1, 0, ()),  # init only
         (2, 7, 9, 4, "mode", 3, 2, (4, 2, 1)),  # many NMS drops
+        (1, 6, 7, 2, "max", 1, 3, (2, 1)),  # later iterations skip unchanged neighbours
     ],
 )
-def test_patchmatch_identical_to_cpu(B, H, W, kappa, variant, L, T, jumps):
+@pytest.mark.parametrize("masked", [False, True])
+def test_patchmatch_identical_to_cpu(B, H, W, kappa, variant, L, T, jumps, masked):
     q, k, _ = _inputs(B, H * W, 3, seed=H * W + kappa)
-    args = (q, k, H, W, kappa, variant, L, T, jumps, 5)
+    valid = _valid(B, H * W, seed=kappa) if masked else None
+    args = (q, k, H, W, kappa, variant, L, T, jumps, 5, valid)
     sim_ids, sim_sc = _run(pm_cuda, *args)
     cpu_ids, cpu_sc = _run(cpu, *args)
+    if masked:
+        listed = cpu_ids >= 0
+        assert valid[np.arange(B)[:, None, None], np.where(listed, cpu_ids, 0)][listed].all()
     np.testing.assert_array_equal(sim_ids, cpu_ids)
     np.testing.assert_array_equal(sim_sc, cpu_sc)
 
@@ -55,22 +67,28 @@ def test_bad_kappa_raises():
         _run(pm_cuda, q, k, 3, 4, 40, "max", 1, 1, (1,), 0)
 
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("H, W, kappa, b", [(5, 6, 2, 1), (1, 9, 2, 2), (4, 4, 3, 0)])
-def test_window_softmax_matches_cpu(H, W, kappa, b):
+def test_window_softmax_matches_cpu(H, W, kappa, b, masked):
     n = H * W
     q, k, v = _inputs(2, n, 4, seed=n + b)
     matches = np.random.default_rng(b).integers(0, n, (2, n, kappa)).astype(np.int32)
     matches[0, 0, -1] = -1  # a missing match is skipped
+    valid = _valid(2, n, seed=b) if masked else None
     outs, counts = [], []
     for module in (pm_cuda, cpu):
         out = np.full((2, n, 4), np.nan, np.float32)
         count = np.full((2, n), -7, np.int32)
-        module.window_softmax(q, k, v, matches, H, W, b, out, count)
+        module.window_softmax(q, k, v, matches, H, W, b, out, count, valid)
         outs.append(out)
         counts.append(count)
     np.testing.assert_allclose(outs[0], outs[1], atol=1e-5, rtol=0)
     np.testing.assert_array_equal(counts[0], counts[1])
     mask = reference.window_candidates(torch.from_numpy(matches), H, W, b)
+    if masked:
+        mask &= torch.from_numpy(valid).bool()[:, None, :]
+        expected = reference.sparse_softmax_reference(*map(torch.from_numpy, (q, k, v)), mask)
+        np.testing.assert_allclose(outs[0], expected.numpy(), atol=1e-5, rtol=0)
     np.testing.assert_array_equal(counts[0], mask.sum(-1).numpy())
 
 

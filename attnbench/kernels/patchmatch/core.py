@@ -12,13 +12,18 @@ find fewer than kappa modes). Lists are addressed by row rather than passed as 1
 so that CPU `prange` bodies make no array views (each one updates the parent array's shared,
 atomic reference count); CUDA threads pass a (1, MAX_KAPPA) local array and r = 0.
 Indices are int32, so H * W < 2^31.
+
+Masks: `valid` uint8 [B, n] marks the keys that may be attended (the backend's token mask,
+repeated over heads); with `masked` False it is never read, so unmasked runs pay one
+predictable branch per proposal and nothing else.
 """
 
 from __future__ import annotations
 
 import math
 
-from numba import float32, int64, njit
+import numpy as np
+from numba import float32, int64, njit, uint64
 
 # Longest match list: CUDA threads keep theirs in local arrays of this size.
 MAX_KAPPA = 32
@@ -34,10 +39,10 @@ INIT_STREAM = 0
 
 @njit(inline="always")
 def mul32(x, c):
-    """(x * c) mod 2^32 for 0 <= x, c < 2^32, in 16-bit halves of c (no 64-bit overflow)."""
-    lo = x * (c & 0xFFFF)
-    hi = ((x * (c >> 16)) & 0xFFFF) << 16
-    return (lo + hi) & MASK32
+    """(x * c) mod 2^32 for 0 <= x, c < 2^32. The product is taken in uint64, where it
+    cannot overflow (< 2^64) and numba marks no signed-overflow (`nsw`) that an int64
+    product would carry; plain Python (the simulator) gets the same low 32 bits."""
+    return int64((uint64(x) * uint64(c)) & uint64(MASK32))
 
 
 @njit(inline="always")
@@ -70,6 +75,15 @@ def rand_below(key, counter, m):
     return (mix32(key + counter * 0x9E3779B9) * int64(m)) >> 32
 
 
+@njit(inline="always")
+def rand_pair(key, counter, m1, m2):
+    """The counter-th draw of stream `key` as two ints uniform in [0, m1) x [0, m2), for
+    1 <= m1, m2 < 2^31, from one 32-bit hash: u * m1 = (first) * 2^32 + f, and the fraction
+    f is again (nearly) uniform, so f * m2 >> 32 gives the second. Bias < m1 * m2 / 2^32."""
+    t = mix32(key + counter * 0x9E3779B9) * int64(m1)
+    return t >> 32, ((t & MASK32) * int64(m2)) >> 32
+
+
 # --- scores and match lists ----------------------------------------------------------
 
 
@@ -99,17 +113,17 @@ def near(a, c, L, W):
 
 @njit(inline="always")
 def contains(ids, r, kappa, j):
+    found = False
     for i in range(kappa):
-        if ids[r, i] == j:
-            return True
-    return False
+        found |= ids[r, i] == j
+    return found
 
 
 @njit(inline="always")
 def sorted_insert(ids, sc, r, kappa, j, s):
-    """Put (j, s) in list r if there is room or it beats the worst entry."""
+    """Put (j, s) in list r if there is room or it beats the worst entry; True if put."""
     if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
-        return
+        return False
     pos = kappa - 1
     while pos > 0 and (ids[r, pos - 1] < 0 or s > sc[r, pos - 1]):
         ids[r, pos] = ids[r, pos - 1]
@@ -117,6 +131,7 @@ def sorted_insert(ids, sc, r, kappa, j, s):
         pos -= 1
     ids[r, pos] = j
     sc[r, pos] = s
+    return True
 
 
 @njit(inline="always")
@@ -135,18 +150,18 @@ def drop_near(ids, sc, r, kappa, j, L, W):
 
 @njit(inline="always")
 def insert_new(ids, sc, r, kappa, j, s, mode, L, W):
-    """`try_insert` for a key j known not to be in list r."""
+    """`try_insert` for a key j known not to be in list r; True if the list changed."""
     if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
         # Full and no better than the worst: rejected by both rules (in mode, every entry
         # scores >= s, so one near j vetoes it, and with none near, max rejects it), and
         # checked first because it is by far the commonest case and needs no divisions.
-        return
+        return False
     if mode:
         for i in range(kappa):
             if ids[r, i] >= 0 and sc[r, i] >= s and near(ids[r, i], j, L, W):
-                return
+                return False
         drop_near(ids, sc, r, kappa, j, L, W)
-    sorted_insert(ids, sc, r, kappa, j, s)
+    return sorted_insert(ids, sc, r, kappa, j, s)
 
 
 @njit(inline="always")
@@ -156,25 +171,34 @@ def try_insert(ids, sc, r, kappa, j, s, mode, L, W):
     max: skip j if listed; fill up to kappa, else replace the worst entry if s beats it.
     mode: online non-maximum suppression - if an entry within Chebyshev distance < L of j
     scores >= s, skip (a listed j is such an entry); else drop all such entries and insert
-    j as in max.
+    j as in max. True if the list changed.
     """
-    if not contains(ids, r, kappa, j):
-        insert_new(ids, sc, r, kappa, j, s, mode, L, W)
+    if contains(ids, r, kappa, j):
+        return False
+    return insert_new(ids, sc, r, kappa, j, s, mode, L, W)
 
 
 @njit(inline="always")
-def consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W):
-    """`try_insert` of key j for query p, scoring j only if it is not listed yet: late
-    passes mostly propose listed keys."""
-    if not contains(ids, r, kappa, j):
-        insert_new(ids, sc, r, kappa, j, score(q, k, b, p, j, scale), mode, L, W)
+def consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked):
+    """`try_insert` of key j for query p; True if the list changed. A masked-out key
+    (`masked` and valid[b, j] == 0) is never taken. The test against the worst entry comes
+    before the duplicate scan: it rejects most proposals, and on its own (a branch that
+    rarely changes outcome) is cheaper than the scan."""
+    if masked and valid[b, j] == 0:
+        return False
+    s = score(q, k, b, p, j, scale)
+    if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
+        return False
+    if contains(ids, r, kappa, j):
+        return False
+    return insert_new(ids, sc, r, kappa, j, s, mode, L, W)
 
 
 # --- the three per-query steps of PatchMatch -----------------------------------------
 
 
 @njit(inline="always")
-def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed):
+def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked):
     """Random initial list r: kappa random keys (max: distinct, the next free index on a
     repeat; mode: inserted by the NMS rule, so fewer may survive). Needs kappa <= n."""
     n = k.shape[1]
@@ -187,16 +211,27 @@ def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed):
         if not mode:
             while contains(ids, r, kappa, j):
                 j = (j + 1) % n
-        consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W)
+        consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked)
 
 
 @njit(inline="always")
-def propagate_query(old_ids, old_sc, ids, sc, r, q, k, b, p, kappa, jump, mode, L, H, W, scale):
+def propagate_query(
+    old_ids, old_sc, changed_at, old, ids, sc, r, q, k, b, p, kappa, jump, mode, L, H, W,
+    scale, since, valid, masked,
+):
     """One jump-flood propagation step of query p into list r: start from its old list
     (row b * n + p of the old field); for each of the 4 neighbours p + delta at distance
     `jump` in the grid, try every entry j' of the neighbour's old list shifted back by
-    delta (coherent shift, if in the grid) and j' itself."""
+    delta (coherent shift, if in the grid) and j' itself. True if list r changed.
+
+    changed_at[old, row] is the last pass that changed a list. A neighbour whose list has not
+    changed since pass `since` (this pass one iteration earlier) offers exactly what p
+    tried then, and in the max variant retrying is a no-op: a full list's worst score
+    only rises, so a key tried once is either still listed or still no better than the
+    worst. Such neighbours are skipped; `since` = 0 skips none (the mode variant, whose
+    suppression can later re-admit a key, and the first iteration)."""
     n = q.shape[1]
+    changed = False
     for i in range(kappa):
         ids[r, i] = old_ids[b * n + p, i]
         sc[r, i] = old_sc[b * n + p, i]
@@ -218,6 +253,8 @@ def propagate_query(old_ids, old_sc, ids, sc, r, q, k, b, p, kappa, jump, mode, 
         if ny < 0 or ny >= H or nx < 0 or nx >= W:
             continue
         neighbour = b * n + ny * W + nx
+        if changed_at[old, neighbour] < since:
+            continue
         for i in range(kappa):
             jn = old_ids[neighbour, i]
             if jn < 0:
@@ -226,17 +263,25 @@ def propagate_query(old_ids, old_sc, ids, sc, r, q, k, b, p, kappa, jump, mode, 
             # shift by dy * W (no division), a column shift needs the column of jn.
             shifted = jn - dy * W - dx
             if (dx == 0 and 0 <= shifted < n) or (dx != 0 and 0 <= jn % W - dx < W):
-                consider(ids, sc, r, kappa, shifted, q, k, b, p, scale, mode, L, W)
-            consider(ids, sc, r, kappa, jn, q, k, b, p, scale, mode, L, W)
+                changed |= consider(
+                    ids, sc, r, kappa, shifted, q, k, b, p, scale, mode, L, W, valid, masked
+                )
+            changed |= consider(
+                ids, sc, r, kappa, jn, q, k, b, p, scale, mode, L, W, valid, masked
+            )
+    return changed
 
 
 @njit(inline="always")
-def random_search_query(ids, sc, r, q, k, b, p, kappa, mode, L, H, W, scale, seed, t):
+def random_search_query(
+    ids, sc, r, q, k, b, p, kappa, mode, L, H, W, scale, seed, t, valid, masked
+):
     """Random search of iteration t on list r: around each entry, a radius from max(H, W)
     halved down to 1, try one uniformly random key of the window entry +- radius clipped
-    to the grid."""
+    to the grid. True if list r changed."""
     key = rng_key(seed, b, p, INIT_STREAM + 1 + t)
     counter = 0
+    changed = False
     for i in range(kappa):
         centre = ids[r, i]
         if centre < 0:
@@ -247,11 +292,32 @@ def random_search_query(ids, sc, r, q, k, b, p, kappa, mode, L, H, W, scale, see
         while radius >= 1:
             y0 = max(u - radius, 0)
             x0 = max(v - radius, 0)
-            y = y0 + rand_below(key, counter, min(u + radius, H - 1) - y0 + 1)
-            x = x0 + rand_below(key, counter + 1, min(v + radius, W - 1) - x0 + 1)
-            counter += 2
-            consider(ids, sc, r, kappa, y * W + x, q, k, b, p, scale, mode, L, W)
+            dy, dx = rand_pair(key, counter, min(u + radius, H - 1) - y0 + 1,
+                               min(v + radius, W - 1) - x0 + 1)
+            y = y0 + dy
+            x = x0 + dx
+            counter += 1
+            changed |= consider(
+                ids, sc, r, kappa, y * W + x, q, k, b, p, scale, mode, L, W, valid, masked
+            )
             radius //= 2
+    return changed
+
+
+@njit(inline="always")
+def pass_number(t, i, jumps_per_iteration):
+    """Passes are numbered 0 (init), then per iteration t the propagation passes
+    i = 0 .. len(jumps) - 1 and the random search (i = len(jumps))."""
+    return 1 + t * (jumps_per_iteration + 1) + i
+
+
+@njit(inline="always")
+def skip_since(t, i, jumps_per_iteration, mode):
+    """`since` of propagation pass i of iteration t: the same pass one iteration back, or 0
+    (skip nothing) in the first iteration and in the mode variant."""
+    if t == 0 or mode:
+        return 0
+    return pass_number(t - 1, i, jumps_per_iteration)
 
 
 # --- neighbourhood expansion + sparse softmax (Algorithm 2) --------------------------
@@ -268,9 +334,10 @@ def in_earlier_window(matches, b, p, e, y, x, W, radius):
 
 
 @njit(inline="always")
-def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out):
+def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out, valid, masked):
     """out[b, p] = softmax-weighted mean of v over the union of the (2 radius + 1)^2
-    windows around p's matches (clipped, each key once); returns the union's size.
+    windows around p's matches (clipped, each key once, masked-out keys left out); returns
+    the number of keys used (0: out[b, p] = 0).
 
     Two passes over the candidates: the max score, then exp(s - max) sums (fp32).
     """
@@ -283,8 +350,11 @@ def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out):
             continue
         for y in range(max(m // W - radius, 0), min(m // W + radius, H - 1) + 1):
             for x in range(max(m % W - radius, 0), min(m % W + radius, W - 1) + 1):
-                if not in_earlier_window(matches, b, p, e, y, x, W, radius):
-                    best = max(best, score(q, k, b, p, y * W + x, scale))
+                j = y * W + x
+                if not in_earlier_window(matches, b, p, e, y, x, W, radius) and (
+                    not masked or valid[b, j] != 0
+                ):
+                    best = max(best, score(q, k, b, p, j, scale))
                     count += 1
     for c in range(v.shape[2]):
         out[b, p, c] = 0.0
@@ -297,8 +367,10 @@ def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out):
             continue
         for y in range(max(m // W - radius, 0), min(m // W + radius, H - 1) + 1):
             for x in range(max(m % W - radius, 0), min(m % W + radius, W - 1) + 1):
-                if not in_earlier_window(matches, b, p, e, y, x, W, radius):
-                    j = y * W + x
+                j = y * W + x
+                if not in_earlier_window(matches, b, p, e, y, x, W, radius) and (
+                    not masked or valid[b, j] != 0
+                ):
                     w = float32(math.exp(score(q, k, b, p, j, scale) - best))
                     total += w
                     for c in range(v.shape[2]):
@@ -331,6 +403,16 @@ def check_patchmatch(q, k, H, W, kappa, variant, L, T, jumps) -> bool:
     if L < 1 or T < 0 or any(jump < 1 for jump in jumps):
         raise ValueError(f"need L >= 1, T >= 0 and jumps >= 1; got L={L} T={T} jumps={jumps}")
     return variant == "mode"
+
+
+def key_validity(valid, q):
+    """(valid, masked) for the kernels: a uint8 [B, n] array and True, or, for no mask, a
+    1 x 1 placeholder that is never read and False."""
+    if valid is None:
+        return np.ones((1, 1), np.uint8), False
+    if tuple(valid.shape) != tuple(q.shape[:2]) or valid.dtype != np.uint8:
+        raise ValueError(f"valid must be uint8 [B, n] like q {tuple(q.shape)}")
+    return valid, True
 
 
 def check_window(q, k, v, matches, H, W, b) -> None:

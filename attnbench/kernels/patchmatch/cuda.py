@@ -12,7 +12,7 @@ from __future__ import annotations
 import types
 
 import numpy as np
-from numba import boolean, cuda, float32, int32, int64
+from numba import boolean, cuda, float32, int32, int64, uint8
 from numba.core.dispatcher import Dispatcher
 
 from attnbench.kernels.patchmatch import core
@@ -63,7 +63,7 @@ def _store(list_ids, list_sc, kappa, ids, sc, unit):
 
 
 @cuda.jit
-def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc):
+def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked):
     """Random initial list of each query."""
     unit = cuda.grid(1)
     B, n = q.shape[0], q.shape[1]
@@ -71,28 +71,39 @@ def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc):
         b, p = unit // n, unit % n
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
-        init_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, W, scale, seed)
+        init_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
         _store(list_ids, list_sc, kappa, ids, sc, unit)
 
 
 @cuda.jit
-def _propagate_kernel(q, k, old_ids, old_sc, kappa, jump, mode, L, H, W, scale, ids, sc):
-    """One propagation pass: read (old_ids, old_sc), write (ids, sc); fields [B*n, kappa]."""
+def _propagate_kernel(
+    q, k, old_ids, old_sc, changed, old, kappa, jump, mode, L, H, W, scale, since, now, ids, sc,
+    valid, masked,
+):
+    """One propagation pass: read (old_ids, old_sc) and changed[old], write (ids, sc) and
+    changed[1 - old]; fields [B*n, kappa], changed [2, B*n] (see `core.propagate_query`)."""
     unit = cuda.grid(1)
     B, n = q.shape[0], q.shape[1]
     if unit < B * n:
         b, p = unit // n, unit % n
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
-        propagate_query(
-            old_ids, old_sc, list_ids, list_sc, 0, q, k, b, p, kappa, jump, mode, L, H, W, scale
-        )
+        if propagate_query(
+            old_ids, old_sc, changed, old, list_ids, list_sc, 0, q, k, b, p, kappa, jump, mode,
+            L, H, W, scale, since, valid, masked,
+        ):  # fmt: skip
+            changed[1 - old, unit] = now
+        else:
+            changed[1 - old, unit] = changed[old, unit]
         _store(list_ids, list_sc, kappa, ids, sc, unit)
 
 
 @cuda.jit
-def _random_search_kernel(q, k, kappa, mode, L, H, W, scale, seed, t, ids, sc):
-    """Random search of iteration t, in place: each thread touches only its own list."""
+def _random_search_kernel(
+    q, k, kappa, mode, L, H, W, scale, seed, t, ids, sc, changed, cur, now, valid, masked
+):
+    """Random search of iteration t, in place: each thread touches only its own list (and
+    its own entry of changed[cur])."""
     unit = cuda.grid(1)
     B, n = q.shape[0], q.shape[1]
     if unit < B * n:
@@ -100,38 +111,48 @@ def _random_search_kernel(q, k, kappa, mode, L, H, W, scale, seed, t, ids, sc):
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
         _load(ids, sc, unit, kappa, list_ids, list_sc)
-        random_search_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, H, W, scale, seed, t)
+        if random_search_query(
+            list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, H, W, scale, seed, t, valid, masked
+        ):
+            changed[cur, unit] = now
         _store(list_ids, list_sc, kappa, ids, sc, unit)
 
 
 @cuda.jit
-def _window_softmax_kernel(q, k, v, matches, H, W, radius, scale, out, counts):
+def _window_softmax_kernel(q, k, v, matches, H, W, radius, scale, out, counts, valid, masked):
     """Softmax over the union of the windows around each query's matches."""
     unit = cuda.grid(1)
     B, n = q.shape[0], q.shape[1]
     if unit < B * n:
         b, p = unit // n, unit % n
-        counts[b, p] = window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out)
+        counts[b, p] = window_softmax_query(
+            q, k, v, matches, b, p, H, W, radius, scale, out, valid, masked
+        )
 
 
 _F3, _I3 = float32[:, :, ::1], int32[:, :, ::1]
-_F2, _I2 = float32[:, ::1], int32[:, ::1]
+_F2, _I2, _U2 = float32[:, ::1], int32[:, ::1], uint8[:, ::1]
 
 # Every kernel with the argument types the launchers pass (C-contiguous arrays, int64,
 # bool and float32 scalars); tests/test_ptx_patchmatch.py compiles each to PTX.
 KERNELS = {
-    "init": (_init_kernel, (_F3, _F3, int64, boolean, int64, int64, float32, int64, _I2, _F2)),
+    "init": (
+        _init_kernel,
+        (_F3, _F3, int64, boolean, int64, int64, float32, int64, _I2, _F2, _U2, boolean),
+    ),
     "propagate": (
         _propagate_kernel,
-        (_F3, _F3, _I2, _F2, int64, int64, boolean, int64, int64, int64, float32, _I2, _F2),
-    ),
+        (_F3, _F3, _I2, _F2, _I2, int64, int64, int64, boolean, int64, int64, int64, float32,
+         int64, int64, _I2, _F2, _U2, boolean),
+    ),  # fmt: skip
     "random_search": (
         _random_search_kernel,
-        (_F3, _F3, int64, boolean, int64, int64, int64, float32, int64, int64, _I2, _F2),
-    ),
+        (_F3, _F3, int64, boolean, int64, int64, int64, float32, int64, int64, _I2, _F2, _I2,
+         int64, int64, _U2, boolean),
+    ),  # fmt: skip
     "window_softmax": (
         _window_softmax_kernel,
-        (_F3, _F3, _F3, _I3, int64, int64, int64, float32, _F3, _I2),
+        (_F3, _F3, _F3, _I3, int64, int64, int64, float32, _F3, _I2, _U2, boolean),
     ),
 }
 
@@ -149,9 +170,21 @@ def _copy(src, dst) -> None:
         dst[...] = src
 
 
-def patchmatch(q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, tmp_ids, tmp_sc):
+def _key_validity(valid, q):
+    """`core.key_validity`, with the no-mask placeholder on the GPU (not copied per launch)."""
+    valid, masked = core.key_validity(valid, q)
+    if not masked and not simulator_enabled():
+        valid = cuda.to_device(valid)
+    return valid, masked
+
+
+def patchmatch(
+    q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, tmp_ids, tmp_sc, changed,
+    valid=None,
+):
     """As `cpu.patchmatch`: init, then T x (a propagation pass per jump, a random search)."""
     mode = core.check_patchmatch(q, k, H, W, kappa, variant, L, T, jumps)
+    valid, masked = _key_validity(valid, q)
     threads = q.shape[0] * q.shape[1]
     scale = np.float32(1.0 / np.sqrt(q.shape[2]))
     kappa, L, H, W, seed = int(kappa), int(L), int(H), int(W), int(seed)
@@ -159,22 +192,31 @@ def patchmatch(q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, t
     matches, scores, tmp_ids, tmp_sc = (
         a.reshape(threads, kappa) for a in (matches, scores, tmp_ids, tmp_sc)
     )
-    _launch(_init_kernel, threads, q, k, kappa, mode, L, W, scale, seed, matches, scores)
-    cur, nxt = (matches, scores), (tmp_ids, tmp_sc)
+    _launch(
+        _init_kernel, threads, q, k, kappa, mode, L, W, scale, seed, matches, scores, valid, masked
+    )
+    cur, nxt, old = (matches, scores), (tmp_ids, tmp_sc), 0
+    J = len(jumps)
     for t in range(T):
-        for jump in jumps:
-            args = (kappa, int(jump), mode, L, H, W, scale)
-            _launch(_propagate_kernel, threads, q, k, *cur, *args, *nxt)
-            cur, nxt = nxt, cur
-        _launch(_random_search_kernel, threads, q, k, kappa, mode, L, H, W, scale, seed, t, *cur)
+        for i, jump in enumerate(jumps):
+            since = core.skip_since(t, i, J, mode)
+            args = (kappa, int(jump), mode, L, H, W, scale, since, core.pass_number(t, i, J))
+            _launch(
+                _propagate_kernel, threads, q, k, *cur, changed, old, *args, *nxt, valid, masked
+            )
+            cur, nxt, old = nxt, cur, 1 - old
+        args = (kappa, mode, L, H, W, scale, seed, t, *cur, changed, old)
+        now = core.pass_number(t, J, J)
+        _launch(_random_search_kernel, threads, q, k, *args, now, valid, masked)
     if cur[0] is not matches:
         _copy(cur[0], matches)
         _copy(cur[1], scores)
 
 
-def window_softmax(q, k, v, matches, H, W, b, out, counts):
+def window_softmax(q, k, v, matches, H, W, b, out, counts, valid=None):
     """As `cpu.window_softmax`."""
     core.check_window(q, k, v, matches, H, W, b)
     scale = np.float32(1.0 / np.sqrt(q.shape[2]))
-    args = (q, k, v, matches, int(H), int(W), int(b), scale, out, counts)
+    valid, masked = _key_validity(valid, q)
+    args = (q, k, v, matches, int(H), int(W), int(b), scale, out, counts, valid, masked)
     _launch(_window_softmax_kernel, q.shape[0] * q.shape[1], *args)

@@ -10,6 +10,15 @@ import torch
 from attnbench.kernels.target import as_array, contiguous, kernel_module, kernel_target
 
 
+def _validity(valid: torch.Tensor | None, q: torch.Tensor):
+    """A bool [B, n] key mask as the kernels' uint8 array (None stays None)."""
+    if valid is None:
+        return None
+    if tuple(valid.shape) != tuple(q.shape[:2]):
+        raise ValueError(f"valid must be [B, n] like q {tuple(q.shape)}, got {tuple(valid.shape)}")
+    return as_array(contiguous(valid.to(q.device), torch.uint8))
+
+
 def patchmatch(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -21,11 +30,13 @@ def patchmatch(
     T: int = 8,
     jumps: tuple[int, ...] = (8, 4, 2, 1),
     seed: int = 0,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Approximate top-kappa keys of every query (q, k [B, H*W, d], score <q, k>/sqrt(d)).
+    """Approximate top-kappa keys of every query (q, k [B, H*W, d], score <q, k>/sqrt(d)),
+    among the keys that `valid` (bool [B, n], None = all) allows.
 
-    Returns matches int32 [B, n, kappa] (linear key indices, best first; -1 where the mode
-    variant found fewer than kappa modes) and their scores float32 [B, n, kappa].
+    Returns matches int32 [B, n, kappa] (linear key indices, best first; -1 where fewer
+    than kappa were found: the mode variant, or masked keys) and their scores float32.
     """
     if q.dim() != 3:
         raise ValueError(f"q must be [B, n, d], got {tuple(q.shape)}")
@@ -33,20 +44,30 @@ def patchmatch(
     matches = torch.empty(B, n, kappa, dtype=torch.int32, device=q.device)
     scores = torch.empty(B, n, kappa, dtype=torch.float32, device=q.device)
     tmp_ids, tmp_sc = torch.empty_like(matches), torch.empty_like(scores)
-    arrays = [as_array(t) for t in (contiguous(q), contiguous(k), matches, scores, tmp_ids, tmp_sc)]
+    changed = torch.zeros(2, B * n, dtype=torch.int32, device=q.device)
+    tensors = (contiguous(q), contiguous(k), matches, scores, tmp_ids, tmp_sc, changed)
+    arrays = [as_array(t) for t in tensors]
     qa, ka, *fields = arrays
     kernel_module("patchmatch", kernel_target(q)).patchmatch(
-        qa, ka, H, W, kappa, variant, L, T, tuple(jumps), seed, *fields
+        qa, ka, H, W, kappa, variant, L, T, tuple(jumps), seed, *fields, _validity(valid, q)
     )
     return matches, scores
 
 
 def window_softmax(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, matches: torch.Tensor, H: int, W: int, b: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    matches: torch.Tensor,
+    H: int,
+    W: int,
+    b: int,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of each query over the union of the (2b+1)^2 windows (clipped, each
-    key once) around its matches [B, n, kappa]: out float32 [B, n, dv] and the number of
-    distinct candidate keys int32 [B, n]."""
+    key once, without keys that `valid` bool [B, n] marks False) around its matches
+    [B, n, kappa]: out float32 [B, n, dv] (zero where no key is left) and the number of
+    keys used int32 [B, n]."""
     if v.dim() != 3 or matches.dim() != 3:
         raise ValueError(f"v and matches must be 3-D, got {tuple(v.shape)}, {tuple(matches.shape)}")
     B, n, dv = v.shape
@@ -57,6 +78,6 @@ def window_softmax(
     args = [as_array(contiguous(t)) for t in (q, k, v)]
     args.append(as_array(contiguous(matches, torch.int32)))
     kernel_module("patchmatch", kernel_target(q)).window_softmax(
-        *args, H, W, b, as_array(out), as_array(counts)
+        *args, H, W, b, as_array(out), as_array(counts), _validity(valid, q)
     )
     return out, counts
