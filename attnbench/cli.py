@@ -253,6 +253,9 @@ def error_cmd(
     grid: str = typer.Option(None, help="image sizes HxW instead (blobs and image:NAME inputs)"),
     tau: str = typer.Option("8", help="bits per hash code, 1..24, or auto = ceil(log2 n)"),
     trials: int = typer.Option(3, help="independent seeds per case (mean and std)"),
+    mc_seeds: int = typer.Option(
+        8, help="seeds per input for stochastic backends' bias and std (1 = skip)"
+    ),
     inputs: str = typer.Option(
         "clustered", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
     ),
@@ -293,6 +296,7 @@ def error_cmd(
         hashes=parse_sizes(hashes, "--hashes"),
         tau=tau_value,
         trials=positive(trials, "--trials"),
+        mc_seeds=positive(mc_seeds, "--mc-seeds"),
         inputs=source,
         backends=parse_backends(backends) if backends.strip() else [],
         dtype=parse_dtype(dtype),

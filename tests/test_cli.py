@@ -622,6 +622,28 @@ def test_error_on_image_grids_reports_scram_search_metrics(tmp_path):
     assert "argmax_hit_rate" not in set(strided["metric"])  # only searching backends have it
 
 
+def test_error_reports_monte_carlo_bias_spread_and_sampler_diagnostics(tmp_path):
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--inputs", "blobs", "--grid", "12x12", "--hashes", "8", "--trials", "1",
+        "--dim", "3", "--mc-seeds", "6", "--csv", csv, "--backends",
+        "scram-snis:samples=8,scram-snis:samples=512,scram-mh:samples=32,sdpa",
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    value = df.set_index(["backend", "metric"])["value"]
+    few, many = (f"scram-snis:kappa=4,variant=mode,L=2,T=8,jumps=8/4/2/1,samples={s},"
+                 "alpha=0.9,phi=1.5,seed=0" for s in (8, 512))  # fmt: skip
+    # both the bias and the spread over seeds shrink as the sampler draws more keys
+    assert value[many, "mc_bias_vs_softmax"] < value[few, "mc_bias_vs_softmax"]
+    assert value[many, "mc_std_vs_softmax"] < value[few, "mc_std_vs_softmax"] / 3
+    assert 1 <= value[few, "ess"] <= 8 and value[many, "ess"] > value[few, "ess"]
+    mh = df[df["backend"].str.startswith("scram-mh")].set_index("metric")["value"]
+    assert 0 < mh["acceptance_rate"] < 1 and mh["mc_std_vs_softmax"] > 0
+    exact = set(df[df["backend"] == "sdpa"]["metric"])
+    assert not exact & {"mc_bias_vs_softmax", "ess", "acceptance_rate"}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -2,7 +2,9 @@
 
 YOSO Fig. 8: mean radian angle between YOSO-E and YOSO-m outputs for each number of hashes
 m and length n, mean +- std over trials (seeds). And for any other backend: its error
-against exact softmax computed in float64.
+against exact softmax computed in float64; for stochastic ones also the Monte Carlo bias
+and spread over `mc_seeds` seeds on the same inputs, and the sampler's own diagnostics
+(SNIS effective sample size, Metropolis-Hastings acceptance rate).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class ErrorSpec:
     hashes: list[int]
     tau: int | str = 8
     trials: int = 3
+    mc_seeds: int = 8  # seeds per input for a stochastic backend's bias and std
     inputs: Inputs = field(default_factory=lambda: Inputs("clustered", 1, 4, 64))
     backends: list[Backend] = field(default_factory=list)
     dtype: torch.dtype = torch.float32
@@ -97,14 +100,40 @@ def run_error(
                     out = trial_backend(q, k, v, grid=grid)
                     impl[backend.spec] = trial_backend.impl(spec.device)
                     found = {metric: fn(out, reference) for metric, fn in VS_SOFTMAX.items()}
+                    found |= _sampler_metrics(trial_backend)
                     found |= _map_metrics(trial_backend, q, k, weights, grid)
                     found |= _search_metrics(trial_backend, q, k, grid)
+                    if backend.stochastic and spec.mc_seeds > 1:
+                        first = seed * spec.mc_seeds
+                        seeds = range(first, first + spec.mc_seeds)
+                        found |= _monte_carlo_metrics(backend, q, k, v, reference, grid, seeds)
                     for metric, value in found.items():
                         errors.setdefault((backend.spec, metric), []).append(value)
         yield [
             _row(spec, n, grid, name, impl[name], metric, values)
             for (name, metric), values in errors.items()
         ]
+
+
+def _sampler_metrics(backend: Backend) -> dict[str, float]:
+    """The diagnostics a sampler recorded on its last call (SCRAM's SNIS and MH)."""
+    found = {}
+    for attr, metric in (("last_ess", "ess"), ("last_acceptance", "acceptance_rate")):
+        value = getattr(backend, attr, None)
+        if value is not None:
+            found[metric] = float(value)
+    return found
+
+
+def _monte_carlo_metrics(backend: Backend, q, k, v, reference, grid, seeds) -> dict[str, float]:
+    """Bias and spread of a stochastic backend over seeds on fixed inputs, relative to the
+    exact output: |mean_s o_s - o| / |o| and sqrt(sum of per-entry variances) / |o|."""
+    outs = torch.stack([backend.with_values(seed=s)(q, k, v, grid=grid).double() for s in seeds])
+    norm = reference.norm()
+    return {
+        "mc_bias_vs_softmax": float((outs.mean(0) - reference).norm() / norm),
+        "mc_std_vs_softmax": float(outs.var(0, unbiased=True).sum().sqrt() / norm),
+    }
 
 
 def _map_metrics(backend: Backend, q, k, weights, grid) -> dict[str, float]:
@@ -148,6 +177,10 @@ UNITS = {
     "tv": "",
     "argmax_hit_rate": "",
     "recall_at_kappa": "",
+    "mc_bias": "",
+    "mc_std": "",
+    "ess": "samples",
+    "acceptance_rate": "",
 }
 
 
