@@ -1,0 +1,86 @@
+"""Where SCRAM's forward time goes: PatchMatch (init, propagation passes, random search)
+vs the window softmax, next to dense sdpa on the same inputs (the issue's Fig. 4 setup).
+
+    python benchmarks/scram_split.py --grid 64 --grid 128 --csv plots/scram-cpu-split.csv
+
+Each stage is timed on its own with the same inputs; "scram forward" is the whole backend
+call, about PatchMatch plus the window softmax. "init + random search" runs PatchMatch with
+no propagation passes, so propagation costs the difference to "patchmatch T=8".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numba
+import pandas as pd
+import torch
+import torch.nn.functional as F
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from attnbench import get_backend
+from attnbench.kernels.patchmatch import dispatch
+from attnbench.measure.allocator import steady_allocator
+from attnbench.measure.timing import time_call
+
+app = typer.Typer(add_completion=False)
+
+
+def _ms(fn, repeats: int) -> float:
+    return time_call(fn, "cpu", repeats, 3).median
+
+
+def stages(side: int, heads: int, d: int, kappa: int, b: int, repeats: int) -> list[dict]:
+    """Median ms of each stage at a side x side grid, random inputs as `attnbench time`."""
+    n = side * side
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, d, generator=gen) for _ in range(3))
+    qf, kf, vf = (t.reshape(heads, n, d) for t in (q, k, v))
+    scram = get_backend(f"scram:kappa={kappa},b={b}")
+    grid = (side, side)
+    found, _ = dispatch.patchmatch(qf, kf, side, side, kappa)
+    rows = {
+        "patchmatch init": lambda: dispatch.patchmatch(qf, kf, side, side, kappa, T=0),
+        "patchmatch T=8": lambda: dispatch.patchmatch(qf, kf, side, side, kappa),
+        "init + random search": lambda: dispatch.patchmatch(qf, kf, side, side, kappa, jumps=()),
+        "window softmax": lambda: dispatch.window_softmax(qf, kf, vf, found, side, side, b),
+        "scram forward": lambda: scram(q, k, v, grid=grid),
+        "sdpa forward": lambda: F.scaled_dot_product_attention(q, k, v),
+    }
+    return [{"side": side, "n": n, "stage": s, "ms": _ms(fn, repeats)} for s, fn in rows.items()]
+
+
+@app.command()
+def main(
+    grid: list[int] = typer.Option([64, 128], help="square grid sides"),
+    heads: int = 4,
+    dim: int = 3,
+    kappa: int = 4,
+    b: int = 1,
+    repeats: int = 5,
+    threads: int = typer.Option(None, help="CPU threads for torch and numba"),
+    csv: Path = typer.Option(None, help="write the table here"),
+) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    steady_allocator()
+    records = [row for side in grid for row in stages(side, heads, dim, kappa, b, repeats)]
+    df = pd.DataFrame(records)
+    forward = df[df["stage"] == "scram forward"].set_index("n")["ms"]
+    df["share_of_scram"] = df["ms"] / df["n"].map(forward)
+    table = Table("grid", "stage", "ms", "share of scram forward")
+    for r in df.itertuples():
+        table.add_row(f"{r.side}x{r.side}", r.stage, f"{r.ms:.2f}", f"{r.share_of_scram:.2f}")
+    Console().print(f"{torch.get_num_threads()} threads, {heads} heads, d={dim}, kappa={kappa}")
+    Console().print(table)
+    if csv:
+        tmp = csv.with_suffix(".tmp")
+        df.to_csv(tmp, index=False)
+        tmp.replace(csv)
+
+
+if __name__ == "__main__":
+    app()
