@@ -150,7 +150,7 @@ def drop_near(ids, sc, r, kappa, j, L, W):
 
 @njit(inline="always")
 def insert_new(ids, sc, r, kappa, j, s, mode, L, W):
-    """`try_insert` for a key j known not to be in list r; True if the list changed."""
+    """`consider`'s rule for a key j known not to be in list r; True if the list changed."""
     if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
         # Full and no better than the worst: rejected by both rules (in mode, every entry
         # scores >= s, so one near j vetoes it, and with none near, max rejects it), and
@@ -165,25 +165,16 @@ def insert_new(ids, sc, r, kappa, j, s, mode, L, W):
 
 
 @njit(inline="always")
-def try_insert(ids, sc, r, kappa, j, s, mode, L, W):
-    """The insertion rule (`is_index_valid` of Algorithm 1) on list r.
+def consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked):
+    """The insertion rule (`is_index_valid` of Algorithm 1) for key j of query p on list r;
+    True if the list changed.
 
     max: skip j if listed; fill up to kappa, else replace the worst entry if s beats it.
     mode: online non-maximum suppression - if an entry within Chebyshev distance < L of j
     scores >= s, skip (a listed j is such an entry); else drop all such entries and insert
-    j as in max. True if the list changed.
-    """
-    if contains(ids, r, kappa, j):
-        return False
-    return insert_new(ids, sc, r, kappa, j, s, mode, L, W)
-
-
-@njit(inline="always")
-def consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked):
-    """`try_insert` of key j for query p; True if the list changed. A masked-out key
-    (`masked` and valid[b, j] == 0) is never taken. The test against the worst entry comes
-    before the duplicate scan: it rejects most proposals, and on its own (a branch that
-    rarely changes outcome) is cheaper than the scan."""
+    j as in max. A masked-out key (`masked` and valid[b, j] == 0) is never taken. The test
+    against the worst entry comes before the duplicate scan: it rejects most proposals,
+    and on its own (a branch that rarely changes outcome) is cheaper than the scan."""
     if masked and valid[b, j] == 0:
         return False
     s = score(q, k, b, p, j, scale)
