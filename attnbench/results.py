@@ -48,7 +48,7 @@ class Row:
 COLUMNS = [f.name for f in fields(Row)]
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same directory, then rename."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -86,15 +86,15 @@ class ResultSink:
 
     def flush(self) -> None:
         if self.csv is not None:
-            _atomic_write(self.csv, rows_frame(self.rows).to_csv(index=False))
-            _atomic_write(env_sidecar(self.csv), json.dumps(self.env, indent=2) + "\n")
+            atomic_write(self.csv, rows_frame(self.rows).to_csv(index=False))
+            atomic_write(env_sidecar(self.csv), json.dumps(self.env, indent=2) + "\n")
         if self.json is not None:
             doc = {
                 "schema_version": SCHEMA_VERSION,
                 "env": self.env,
                 "rows": [asdict(r) for r in self.rows],
             }
-            _atomic_write(self.json, json.dumps(doc, indent=2) + "\n")
+            atomic_write(self.json, json.dumps(doc, indent=2) + "\n")
 
 
 def env_sidecar(csv: Path) -> Path:

@@ -24,6 +24,7 @@ from attnbench import get_backend
 from attnbench.kernels.patchmatch import dispatch
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.timing import time_call
+from attnbench.results import atomic_write
 
 app = typer.Typer(add_completion=False)
 
@@ -77,9 +78,7 @@ def main(
     Console().print(f"{torch.get_num_threads()} threads, {heads} heads, d={dim}, kappa={kappa}")
     Console().print(table)
     if csv:
-        tmp = csv.with_suffix(".tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(csv)
+        atomic_write(csv, df.to_csv(index=False))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from attnbench import get_backend
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.timing import time_call
+from attnbench.results import atomic_write
 
 app = typer.Typer(add_completion=False)
 
@@ -164,9 +165,7 @@ def main(
         )  # fmt: skip
     console.print(table)
     if csv:
-        tmp = csv.with_suffix(".tmp")
-        df.to_csv(tmp, index=False)
-        tmp.replace(csv)
+        atomic_write(csv, df.to_csv(index=False))
 
 
 if __name__ == "__main__":
