@@ -1,7 +1,8 @@
 """Where SCRAM's forward time goes: PatchMatch (init, propagation passes, random search)
-vs the window softmax, next to dense sdpa on the same inputs (the issue's Fig. 4 setup).
+vs the window softmax, next to dense sdpa on the same inputs (SCRAM Fig. 4's setup).
 
-    python benchmarks/scram_split.py --grid 64 --grid 128 --csv plots/scram-cpu-split.csv
+    python benchmarks/scram_split.py --grid 32 --grid 64 --grid 128 --grid 256 \\
+        --csv plots/scram-cpu-split.csv
 
 Each stage is timed on its own with the same inputs; "scram forward" is the whole backend
 call, about PatchMatch plus the window softmax. "init + random search" runs PatchMatch with
@@ -72,9 +73,18 @@ def main(
     df = pd.DataFrame(records)
     forward = df[df["stage"] == "scram forward"].set_index("n")["ms"]
     df["share_of_scram"] = df["ms"] / df["n"].map(forward)
-    table = Table("grid", "stage", "ms", "share of scram forward")
+    # Time per query and head: flat across grids means a stage is bound by its work per
+    # query, not by the working set outgrowing the caches.
+    df["us_per_query"] = df["ms"] * 1e3 / (df["n"] * heads)
+    table = Table("grid", "stage", "ms", "share of scram forward", "µs per query")
     for r in df.itertuples():
-        table.add_row(f"{r.side}x{r.side}", r.stage, f"{r.ms:.2f}", f"{r.share_of_scram:.2f}")
+        table.add_row(
+            f"{r.side}x{r.side}",
+            r.stage,
+            f"{r.ms:.2f}",
+            f"{r.share_of_scram:.2f}",
+            f"{r.us_per_query:.2f}",
+        )
     Console().print(f"{torch.get_num_threads()} threads, {heads} heads, d={dim}, kappa={kappa}")
     Console().print(table)
     if csv:
