@@ -22,6 +22,7 @@ from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.env import environment
+from attnbench.measure.threads import set_threads
 from attnbench.plots import PLOT_SUFFIXES, plot_maps, plot_results
 from attnbench.results import ResultSink, Row, env_sidecar, read_rows
 from attnbench.spec import (
@@ -93,14 +94,7 @@ def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
 
 
 def _set_threads(threads: int | None) -> int:
-    """One thread count for torch and the numba kernels, so comparisons are like for like."""
-    import numba
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(positive(threads, "--threads"))
-    numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    return torch.get_num_threads()
+    return set_threads(None if threads is None else positive(threads, "--threads"))
 
 
 def _run_study(

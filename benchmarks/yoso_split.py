@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numba
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -24,6 +23,7 @@ from rich.table import Table
 from attnbench import get_backend
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.measure.allocator import steady_allocator
+from attnbench.measure.threads import set_threads
 from attnbench.measure.timing import time_call
 from attnbench.results import atomic_write
 
@@ -138,9 +138,7 @@ def main(
     threads: int = typer.Option(None, help="CPU threads for torch and numba"),
     csv: Path = typer.Option(None, help="write the table here"),
 ) -> None:
-    if threads:
-        torch.set_num_threads(threads)
-    numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    set_threads(threads)
     steady_allocator()
     limits = machine_limits(repeats)
     console = Console()

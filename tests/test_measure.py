@@ -12,6 +12,7 @@ import torch
 from attnbench.measure import memory
 from attnbench.measure.env import environment
 from attnbench.measure.memory import PeakMemory, available_bytes, peak_memory
+from attnbench.measure.threads import set_threads
 from attnbench.measure.timing import Timing, time_call
 
 MIB = 1024 * 1024
@@ -171,3 +172,19 @@ def test_git_revision_marks_uncommitted_package_changes(tmp_path, monkeypatch):
     assert clean is not None and len(clean) == 40
     source.write_text("x = 2\n")
     assert env._git_revision() == clean + "+dirty"
+
+
+def test_set_threads_sets_torch_and_numba_alike():
+    import numba
+
+    before = torch.get_num_threads()
+    try:
+        assert set_threads(1) == 1
+        assert torch.get_num_threads() == 1
+        assert numba.get_num_threads() == 1
+        # None keeps torch's count and brings numba in line with it.
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        assert set_threads(None) == 1
+        assert numba.get_num_threads() == 1
+    finally:
+        set_threads(before)
