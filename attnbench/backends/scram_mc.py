@@ -88,6 +88,28 @@ class _SCRAMMonteCarlo(SCRAM):
         kf = k.reshape(b * h, n, d).float()
         return qf, kf, found.long(), head_mask(mask, h)
 
+    def _weighted_keys(self, q, k, found, grid, valid):
+        """Keys [G, n, S] drawn for each query and their weights, summing to 1 over S
+        (0 for a row with no valid draw)."""
+        raise NotImplementedError
+
+    def forward(self, q, k, v, mask=None, grid=None):
+        qf, kf, found, valid = self._prepare(q, k, mask, grid)
+        b, h, n, _ = q.shape
+        keys, w = self._weighted_keys(qf, kf, found, grid, valid)
+        values = _gather_rows(v.reshape(b * h, n, -1).float(), keys)
+        out = (w.unsqueeze(-1) * values).sum(2)
+        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
+
+    def attention_map(self, q, k, mask=None, grid=None):
+        """Each draw's weight scattered onto its key: SNIS's normalised importance weights,
+        MH's visit frequencies."""
+        qf, kf, found, valid = self._prepare(q, k, mask, grid)
+        b, h, n, _ = q.shape
+        keys, w = self._weighted_keys(qf, kf, found, grid, valid)
+        amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, keys, w)
+        return amap.view(b, h, n, n)
+
     def _generator(self, device: torch.device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(int(self.values["seed"]))
 
@@ -169,7 +191,7 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
         r = alpha / kappa * (dens * near).sum(-1) + floor
         return keys, r
 
-    def _weights(self, q, k, found, grid, valid):
+    def _weighted_keys(self, q, k, found, grid, valid):
         """Sampled keys and their self-normalised weights; records the mean ESS.
 
         A masked key's target density is 0, so its draws get weight 0; a row whose every
@@ -184,22 +206,6 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
         ess = total.squeeze(-1) ** 2 / (w**2).sum(-1)
         self.last_ess = float(ess[drawn].mean()) if drawn.any() else float("nan")
         return keys, w / total.clamp(min=torch.finfo(w.dtype).tiny)
-
-    def forward(self, q, k, v, mask=None, grid=None):
-        qf, kf, found, valid = self._prepare(q, k, mask, grid)
-        b, h, n, _ = q.shape
-        keys, w = self._weights(qf, kf, found, grid, valid)
-        vs = _gather_rows(v.reshape(b * h, n, -1).float(), keys)
-        out = (w.unsqueeze(-1) * vs).sum(2)
-        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
-
-    def attention_map(self, q, k, mask=None, grid=None):
-        """The normalised importance weights scattered onto the keys they drew."""
-        qf, kf, found, valid = self._prepare(q, k, mask, grid)
-        b, h, n, _ = q.shape
-        keys, w = self._weights(qf, kf, found, grid, valid)
-        amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, keys, w)
-        return amap.view(b, h, n, n)
 
 
 @register
@@ -260,24 +266,8 @@ class SCRAMMH(_SCRAMMonteCarlo):
         self.last_acceptance = accepted / (g * n * kappa * steps)
         return visits.view(g, n, kappa * steps), visit_ok.view(g, n, kappa * steps)
 
-    def _shares(self, q, k, found, grid, valid):
+    def _weighted_keys(self, q, k, found, grid, valid):
         """Visited keys and each visit's share of the mean (visits of masked keys get 0)."""
         visits, ok = self._visits(q, k, found, grid, valid)
         counted = ok.float()
         return visits, counted / counted.sum(-1, keepdim=True).clamp(min=1.0)
-
-    def forward(self, q, k, v, mask=None, grid=None):
-        qf, kf, found, valid = self._prepare(q, k, mask, grid)
-        b, h, n, _ = q.shape
-        visits, share = self._shares(qf, kf, found, grid, valid)
-        values = _gather_rows(v.reshape(b * h, n, -1).float(), visits)
-        out = (share.unsqueeze(-1) * values).sum(2)
-        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
-
-    def attention_map(self, q, k, mask=None, grid=None):
-        """Visit frequencies of the chains over the keys."""
-        qf, kf, found, valid = self._prepare(q, k, mask, grid)
-        b, h, n, _ = q.shape
-        visits, share = self._shares(qf, kf, found, grid, valid)
-        amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, visits, share)
-        return amap.view(b, h, n, n)
