@@ -15,13 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
 import attnbench.cli as cli
 import attnbench.results as results_module
 import attnbench.studies.time as time_study
-from attnbench.backends import backend_classes, get_backend
+from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
 from attnbench.metrics import mean_radian
 from attnbench.results import COLUMNS
@@ -443,6 +444,20 @@ def test_run_executes_a_toml_profile(tmp_path, monkeypatch):
         (b, n, m) for b in ("sdpa", "yoso-e") for n in (32, 64) for m in TIME_METRICS
     )
 
+
+@pytest.mark.parametrize(
+    "profile", sorted((Path(__file__).parents[1] / "profiles").glob("*.toml")), ids=lambda p: p.name
+)
+def test_shipped_profiles_parse_into_valid_commands(profile):
+    """Every profile in profiles/ names options its command knows, with values of the right
+    type, and only registered backends: a typo would otherwise surface only when someone
+    spends minutes reproducing a figure."""
+    argv = cli.profile_argv(profile)
+    command = typer.main.get_command(cli.app).commands[argv[0]]
+    params = command.make_context(argv[0], argv[1:]).params
+    assert params["csv"] is not None
+    if params.get("backends"):
+        assert parse_backends(params["backends"])
 
 # ------------------------------------------------------------------ interrupted or failing runs
 
