@@ -62,7 +62,7 @@ def main(
     kappa: int = 4,
     b: int = 1,
     repeats: int = 5,
-    threads: int = typer.Option(None, help="CPU threads for torch and numba"),
+    threads: int = typer.Option(None, min=1, help="CPU threads for torch and numba"),
     csv: Path = typer.Option(None, help="write the table here"),
 ) -> None:
     set_threads(threads)

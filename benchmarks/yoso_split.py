@@ -135,7 +135,7 @@ def main(
     m: int = 32,
     tau: int = 8,
     repeats: int = 20,
-    threads: int = typer.Option(None, help="CPU threads for torch and numba"),
+    threads: int = typer.Option(None, min=1, help="CPU threads for torch and numba"),
     csv: Path = typer.Option(None, help="write the table here"),
 ) -> None:
     set_threads(threads)
