@@ -6,6 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench import get_backend
+from attnbench.backends.scram import candidate_mask
 from attnbench.backends.softmax import softmax_weights
 from attnbench.cli import app
 from attnbench.errors import UsageError
@@ -73,6 +74,20 @@ def test_attention_map_is_softmax_on_the_candidates():
     for r in range(36):
         row_ratio = ratio[rows == r]
         assert torch.allclose(row_ratio, row_ratio[0].expand_as(row_ratio))
+
+
+@pytest.mark.parametrize("H, W, b", [(5, 7, 1), (6, 6, 0), (1, 11, 2), (4, 3, 3)])
+def test_candidate_mask_equals_the_oracle(H, W, b):
+    """The map's scattered window mask equals the oracle's dense test of every key against
+    every match: borders clipped, -1 skipped, overlapping windows, windows wider than the grid."""
+    n = H * W
+    matches = torch.randint(0, n, (2, n, 3), generator=torch.Generator().manual_seed(n + b))
+    matches[0, :4, 2] = -1
+    matches[1, 0] = -1
+    matches[1, 1] = torch.tensor([0, n - 1, 0])  # opposite corners, one twice
+    got = candidate_mask(matches.int(), H, W, b)
+    assert torch.equal(got, reference.window_candidates(matches.int(), H, W, b))
+    assert not got[1, 0].any()
 
 
 @pytest.mark.parametrize("source", ["blobs", "image:camera"])

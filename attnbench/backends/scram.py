@@ -19,6 +19,24 @@ from attnbench.kernels.patchmatch.core import MAX_KAPPA
 from attnbench.kernels.target import device_target
 
 
+def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tensor:
+    """bool [B, n, n]: the keys in the (2b+1)^2 windows (clipped) around each query's
+    matches [B, n, kappa] (-1 = none), as `reference.window_candidates` gives them, but
+    scattered from the n * kappa * (2b+1)^2 window pixels instead of testing every key
+    against every match: the oracle's [B, n, kappa, n] temporaries take 8 GiB at 128x128."""
+    B, n, kappa = matches.shape
+    m = matches.long()
+    offsets = torch.arange(-b, b + 1, device=m.device)
+    y = (m // W)[..., None, None] + offsets[:, None]  # [B, n, kappa, 2b+1, 1]
+    x = (m % W)[..., None, None] + offsets  # [B, n, kappa, 1, 2b+1]
+    inside = (m >= 0)[..., None, None] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
+    # Pixels outside the grid (or of a missing match) go to a spare column n, dropped after.
+    keys = torch.where(inside, y * W + x, n).reshape(B, n, -1)
+    mask = torch.zeros(B, n, n + 1, dtype=torch.bool, device=m.device)
+    mask.scatter_(-1, keys, True)
+    return mask[..., :n]
+
+
 def _variant(text: str) -> str:
     if text not in ("max", "mode"):
         raise ValueError("one of max, mode")
@@ -103,7 +121,7 @@ class SCRAM(Backend):
         self._check(grid)
         b, h, n, d = q.shape
         found, _ = self.matches(q, k, grid, mask)
-        candidates = reference.window_candidates(found, grid[0], grid[1], self.values["b"])
+        candidates = candidate_mask(found, grid[0], grid[1], self.values["b"])
         if mask is not None:
             candidates = candidates & head_mask(mask, h)[:, None, :]
         scores = reference.scores(q.reshape(b * h, n, d), k.reshape(b * h, n, d))
