@@ -459,6 +459,7 @@ def test_shipped_profiles_parse_into_valid_commands(profile):
     if params.get("backends"):
         assert parse_backends(params["backends"])
 
+
 # ------------------------------------------------------------------ interrupted or failing runs
 
 

@@ -24,7 +24,7 @@ def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tenso
     matches [B, n, kappa] (-1 = none), as `reference.window_candidates` gives them, but
     scattered from the n * kappa * (2b+1)^2 window pixels instead of testing every key
     against every match: the oracle's [B, n, kappa, n] temporaries take 8 GiB at 128x128."""
-    B, n, kappa = matches.shape
+    B, n, _ = matches.shape
     m = matches.long()
     offsets = torch.arange(-b, b + 1, device=m.device)
     y = (m // W)[..., None, None] + offsets[:, None]  # [B, n, kappa, 2b+1, 1]
