@@ -399,6 +399,9 @@ def _error_table(rows: list[Row]) -> Table:
     for column in ("backend", "n", "metric", "value", "std"):
         table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
     for r in rows:
+        if r.status != "ok":
+            table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.status}: {r.reason}", "")
+            continue
         table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
     return table
 

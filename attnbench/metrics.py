@@ -56,19 +56,25 @@ def total_variation(reference: torch.Tensor, weights: torch.Tensor) -> torch.Ten
     return 0.5 * (reference.double() - row_normalise(weights)).abs().sum(-1)
 
 
-def map_metrics(reference: torch.Tensor, weights: torch.Tensor) -> dict[str, float]:
-    """Captured mass (mean and 5th percentile over rows) and mean TV distance vs softmax."""
-    mass = captured_mass(reference, weights > 0).flatten()
+def map_summary(mass: torch.Tensor, tv: torch.Tensor) -> dict[str, float]:
+    """Captured mass (mean and 5th percentile over rows) and mean TV distance vs softmax,
+    from their per-row values (which may have been computed a block of rows at a time)."""
+    mass = mass.flatten()
     return {
         "captured_mass_vs_softmax": mass.mean().item(),
         "captured_mass_p5_vs_softmax": torch.quantile(mass, 0.05).item(),
-        "tv_vs_softmax": total_variation(reference, weights).mean().item(),
+        "tv_vs_softmax": tv.double().mean().item(),
     }
 
 
-def argmax_hit_rate(best_found: torch.Tensor, scores: torch.Tensor, tol: float = 1e-5) -> float:
+def map_metrics(reference: torch.Tensor, weights: torch.Tensor) -> dict[str, float]:
+    """`map_summary` of a whole map against the whole softmax map."""
+    return map_summary(captured_mass(reference, weights > 0), total_variation(reference, weights))
+
+
+def argmax_hit_rate(best_found: torch.Tensor, true_best: torch.Tensor, tol: float = 1e-5) -> float:
     """Share of queries whose best found score reaches the true maximum (within tol)."""
-    return (best_found.double() >= scores.double().amax(-1) - tol).double().mean().item()
+    return (best_found.double() >= true_best.double() - tol).double().mean().item()
 
 
 def recall_at_k(found: torch.Tensor, truth: torch.Tensor) -> float:

@@ -26,7 +26,8 @@ from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
 from attnbench.metrics import mean_radian
 from attnbench.results import COLUMNS
-from attnbench.studies.error import exact_softmax
+from attnbench.studies import error as error_study
+from attnbench.studies.exact import exact_softmax
 
 runner = CliRunner()
 
@@ -636,6 +637,21 @@ def test_error_on_image_grids_reports_scram_search_metrics(tmp_path):
     assert 0 < scram["captured_mass_vs_softmax"] <= 1
     strided = df[df["backend"].str.startswith("sparse-strided")]
     assert "argmax_hit_rate" not in set(strided["metric"])  # only searching backends have it
+
+
+def test_error_lists_what_did_not_fit_as_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(error_study, "available_bytes", lambda device: 1)  # room for nothing
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--seq", "32", "--hashes", "8", "--trials", "1", "--heads", "1",
+        "--backends", "softmax", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    assert "skipped: needs ~" in result.output
+    df = pd.read_csv(csv)
+    softmax = df[df["backend"] == "softmax"]
+    assert list(softmax["status"]) == ["skipped"] and softmax["value"].isna().all()
+    assert (df[df["backend"] != "softmax"]["status"] == "ok").all()  # YOSO's rows still ran
 
 
 def test_error_reports_monte_carlo_bias_spread_and_sampler_diagnostics(tmp_path):

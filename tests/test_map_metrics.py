@@ -45,7 +45,7 @@ def test_map_metrics_of_a_one_key_map():
 
 def test_argmax_hit_rate_and_recall():
     scores = torch.tensor([[1.0, 3.0, 2.0], [5.0, 4.0, 0.0]])
-    assert argmax_hit_rate(torch.tensor([3.0, 4.0]), scores) == 0.5
+    assert argmax_hit_rate(torch.tensor([3.0, 4.0]), scores.amax(-1)) == 0.5
     found = torch.tensor([[1, 0], [0, 2]])
     truth = torch.tensor([[1, 2], [0, 1]])
     assert recall_at_k(found, truth) == 0.5

@@ -95,7 +95,7 @@ def test_patchmatch_finds_the_argmax_on_smooth_images(source):
     q, k, _ = grid_qkv(source, 32, 32, d=3)
     found, scores = get_backend("scram:kappa=4,T=8").matches(q, k, (32, 32))
     exact = reference.scores(q[:, 0], k[:, 0])
-    assert argmax_hit_rate(scores[..., 0], exact) >= 0.95
+    assert argmax_hit_rate(scores[..., 0], exact.amax(-1)) >= 0.95
 
 
 def test_modes_are_at_least_L_apart():

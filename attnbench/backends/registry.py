@@ -85,6 +85,8 @@ class Backend:
     backward: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     spatial: ClassVar[bool] = False  # forward takes the grid (H, W) of the tokens
+    # map_blocks computes only the rows asked for (else it returns the whole dense map)
+    map_in_blocks: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
     def __init__(self, **values: Any):
@@ -108,6 +110,19 @@ class Backend:
         if not self.spatial:
             return self.attention_map(q, k, mask)
         return self.attention_map(q, k, mask, token_grid(grid, k.shape[-2]))
+
+    def map_blocks(self, q, k, blocks: list[slice], grid: tuple[int, int] | None = None):
+        """The attention map as (rows, weights [B, H, rows, n]) for each slice of query rows
+        in `blocks`, so a caller can reduce a large map without holding all n x n entries.
+
+        With `map_in_blocks` False this is one block, the whole `map_of`. Backends whose map
+        row i depends on query i alone set `map_in_blocks` and get the rows from
+        `attention_map(q[rows], k)`; others that can (SCRAM) override this."""
+        if not self.map_in_blocks:
+            yield slice(0, q.shape[-2]), self.map_of(q, k, grid=grid)
+            return
+        for rows in blocks:
+            yield rows, self.map_of(q[..., rows, :], k, grid=grid)
 
     def predicted_bytes(self, batch: int, heads: int, n: int, d: int, itemsize: int) -> int:
         """Bytes of the largest intermediates, to skip cases that cannot fit before running."""

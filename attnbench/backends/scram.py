@@ -20,19 +20,20 @@ from attnbench.kernels.target import device_target
 
 
 def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tensor:
-    """bool [B, n, n]: the keys in the (2b+1)^2 windows (clipped) around each query's
-    matches [B, n, kappa] (-1 = none), as `reference.window_candidates` gives them, but
-    scattered from the n * kappa * (2b+1)^2 window pixels instead of testing every key
-    against every match: the oracle's [B, n, kappa, n] temporaries take 8 GiB at 128x128."""
-    B, n, _ = matches.shape
+    """bool [B, r, n]: the keys (n = H*W) in the (2b+1)^2 windows (clipped) around the
+    matches [B, r, kappa] (-1 = none) of r queries, as `reference.window_candidates` gives
+    them, but scattered from the r * kappa * (2b+1)^2 window pixels instead of testing every
+    key against every match: the oracle's [B, n, kappa, n] temporaries take 8 GiB at 128x128."""
+    B, r, _ = matches.shape
+    n = H * W
     m = matches.long()
     offsets = torch.arange(-b, b + 1, device=m.device)
     y = (m // W)[..., None, None] + offsets[:, None]  # [B, n, kappa, 2b+1, 1]
     x = (m % W)[..., None, None] + offsets  # [B, n, kappa, 1, 2b+1]
     inside = (m >= 0)[..., None, None] & (y >= 0) & (y < H) & (x >= 0) & (x < W)
     # Pixels outside the grid (or of a missing match) go to a spare column n, dropped after.
-    keys = torch.where(inside, y * W + x, n).reshape(B, n, -1)
-    mask = torch.zeros(B, n, n + 1, dtype=torch.bool, device=m.device)
+    keys = torch.where(inside, y * W + x, n).reshape(B, r, -1)
+    mask = torch.zeros(B, r, n + 1, dtype=torch.bool, device=m.device)
     mask.scatter_(-1, keys, True)
     return mask[..., :n]
 
@@ -74,6 +75,7 @@ class SCRAM(Backend):
     backward = False
     stochastic = True
     spatial = True
+    map_in_blocks = True
     summary = "SCRAM: PatchMatch top-kappa keys + (2b+1)^2 windows, sparse softmax"
 
     def impl(self, device: str) -> str:
@@ -119,15 +121,28 @@ class SCRAM(Backend):
     def attention_map(self, q, k, mask=None, grid=None):
         """Softmax over each query's candidate keys, zero elsewhere (dense, small n only)."""
         self._check(grid)
-        b, h, n, d = q.shape
         found, _ = self.matches(q, k, grid, mask)
+        return self._window_weights(q, k, found, grid, mask)
+
+    def map_blocks(self, q, k, blocks, grid=None):
+        """`attention_map` a block of rows at a time: one PatchMatch, then each block's
+        windows (a query's windows depend on its own matches only)."""
+        self._check(grid)
+        found, _ = self.matches(q, k, grid)
+        for rows in blocks:
+            yield rows, self._window_weights(q[..., rows, :], k, found[:, rows], grid)
+
+    def _window_weights(self, q, k, found, grid, mask=None):
+        """Softmax of queries q [B, H, r, d] over the windows around their matches
+        found [B*H, r, kappa] (without masked keys), zero elsewhere: [B, H, r, n]."""
+        b, h, r, d = q.shape
+        n = k.shape[-2]
         candidates = candidate_mask(found, grid[0], grid[1], self.values["b"])
         if mask is not None:
             candidates = candidates & head_mask(mask, h)[:, None, :]
-        scores = reference.scores(q.reshape(b * h, n, d), k.reshape(b * h, n, d))
+        scores = reference.scores(q.reshape(b * h, r, d), k.reshape(b * h, n, d))
         weights = torch.softmax(scores.masked_fill(~candidates, float("-inf")), dim=-1)
-        weights = weights.nan_to_num(0.0).view(b, h, n, n)
-        return weights
+        return weights.nan_to_num(0.0).view(b, h, r, n)
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
         return batch * heads * n * (4 * self.values["kappa"] * 4 + 2 * d * 4)

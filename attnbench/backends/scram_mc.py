@@ -110,6 +110,16 @@ class _SCRAMMonteCarlo(SCRAM):
         amap = torch.zeros(b * h, n, n, device=q.device).scatter_add_(2, keys, w)
         return amap.view(b, h, n, n)
 
+    def map_blocks(self, q, k, blocks, grid=None):
+        """`attention_map` a block of rows at a time, from one set of draws."""
+        qf, kf, found, valid = self._prepare(q, k, None, grid)
+        b, h, n, _ = q.shape
+        keys, w = self._weighted_keys(qf, kf, found, grid, valid)
+        for rows in blocks:
+            block = torch.zeros(b * h, rows.stop - rows.start, n, device=q.device)
+            block.scatter_add_(2, keys[:, rows], w[:, rows])
+            yield rows, block.view(b, h, -1, n)
+
     def _generator(self, device: torch.device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(int(self.values["seed"]))
 

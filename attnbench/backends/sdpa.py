@@ -12,6 +12,7 @@ from attnbench.backends.softmax import softmax_weights
 @register
 class SDPA(Backend):
     name = "sdpa"
+    map_in_blocks = True  # a map row depends on its query alone
     complexity = "O(n^2 d) time, O(n) memory when a fused kernel is picked"
     summary = "torch.nn.functional.scaled_dot_product_attention"
 

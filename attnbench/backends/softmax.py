@@ -21,6 +21,7 @@ def softmax_weights(q: torch.Tensor, k: torch.Tensor, mask=None) -> torch.Tensor
 @register
 class Softmax(Backend):
     name = "softmax"
+    map_in_blocks = True  # a map row depends on its query alone
     complexity = "O(n^2 d) time, O(n^2) memory"
     summary = "exact attention, materialises the n x n matrix"
 

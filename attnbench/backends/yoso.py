@@ -41,6 +41,7 @@ def _choice(options: tuple[str, ...]):
 @register
 class YOSO(Backend):
     name = "yoso"
+    map_in_blocks = True  # a map row depends on its query alone
     params = {
         "m": int_param(32, 1, 4096, "number of hashes"),
         "tau": tau_param(8),

@@ -27,6 +27,7 @@ def collision_probability(q: torch.Tensor, k: torch.Tensor, tau: int, mask=None)
 @register
 class YOSOE(Backend):
     name = "yoso-e"
+    map_in_blocks = True  # a map row depends on its query alone
     params = {"tau": tau_param(8)}
     complexity = "O(n^2 d) time, O(n^2) memory"
     summary = "YOSO expectation (m -> infinity), dense"

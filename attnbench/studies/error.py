@@ -18,14 +18,23 @@ import torch
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.softmax import softmax_weights
 from attnbench.inputs import Inputs
+from attnbench.measure.memory import available_bytes
 from attnbench.metrics import (
     VS_SOFTMAX,
     argmax_hit_rate,
-    map_metrics,
+    captured_mass,
+    map_summary,
     mean_radian,
     recall_at_k,
+    total_variation,
 )
 from attnbench.results import Row
+from attnbench.studies.exact import by_rows, exact_softmax, planes_of, row_blocks
+from attnbench.studies.time import HEADROOM
+
+# Bytes per entry of a backend's whole dense map while it is built (weights, scores and a
+# mask or two), for backends that cannot give it a block of rows at a time.
+DENSE_MAP_BYTES = 16
 
 
 @dataclass
@@ -60,30 +69,27 @@ class ErrorSpec:
         return len(self.seqs) * self.trials
 
 
-def exact_softmax(q, k, v) -> torch.Tensor:
-    """The float64 reference every backend is compared with."""
-    q, k, v = q.double(), k.double(), v.double()
-    return softmax_weights(q, k) @ v
-
-
 def run_error(
     spec: ErrorSpec, on_step: Callable[[str], None] = lambda _: None
 ) -> Iterator[list[Row]]:
     """Yield, for each length, the rows of every backend once all its trials are done.
 
     Trial t draws inputs with seed `seed + t` (generated inputs) and hashes with the same
-    seed, so each trial is an independent, reproducible draw.
+    seed, so each trial is an independent, reproducible draw. The dense references go a
+    block of query rows at a time (`exact`); a backend, or a dense attention map, that is
+    predicted not to fit in memory is recorded as skipped instead of run.
     """
     yoso_e, yoso = spec.yoso_e, spec.yoso
     for n, grid in spec.layouts():
         errors: dict[tuple[str, str], list[float]] = {}
+        skipped: dict[tuple[str, str], str] = {}
         impl: dict[str, str] = {}
         for trial in range(spec.trials):
             on_step(f"n={n} trial {trial + 1}/{spec.trials}")
             seed = spec.seed + trial
             q, k, v = spec.inputs.make(n, seed, spec.dtype, spec.device, grid)
             with torch.no_grad():
-                expected = yoso_e(q, k, v)
+                expected = by_rows(yoso_e, q, k, v)
                 for backend in yoso:
                     trial_backend = backend.with_values(seed=seed)
                     errors.setdefault((backend.spec, "radian_vs_yoso_e"), []).append(
@@ -92,16 +98,20 @@ def run_error(
                     impl[backend.spec] = trial_backend.impl(spec.device)
                 if spec.backends:
                     reference = exact_softmax(q, k, v)
-                    weights = softmax_weights(q.double(), k.double())
                 for backend in spec.backends:
                     trial_backend = (
                         backend.with_values(seed=seed) if backend.stochastic else backend
                     )
-                    out = trial_backend(q, k, v, grid=grid)
                     impl[backend.spec] = trial_backend.impl(spec.device)
+                    if trial == 0:  # decided once, so every trial of a case does the same
+                        _decide_skips(backend, q, spec.device, skipped)
+                    if (backend.spec, "rel_frobenius_vs_softmax") in skipped:
+                        continue
+                    out = trial_backend(q, k, v, grid=grid)
                     found = {metric: fn(out, reference) for metric, fn in VS_SOFTMAX.items()}
                     found |= _sampler_metrics(trial_backend)
-                    found |= _map_metrics(trial_backend, q, k, weights, grid)
+                    if (backend.spec, "captured_mass_vs_softmax") not in skipped:
+                        found |= _map_metrics(trial_backend, q, k, grid)
                     found |= _search_metrics(trial_backend, q, k, grid)
                     if backend.stochastic and spec.mc_seeds > 1:
                         first = seed * spec.mc_seeds
@@ -112,7 +122,27 @@ def run_error(
         yield [
             _row(spec, n, grid, name, impl[name], metric, values)
             for (name, metric), values in errors.items()
+        ] + [
+            _row(spec, n, grid, name, impl[name], metric, [], skip_reason=reason)
+            for (name, metric), reason in skipped.items()
         ]
+
+
+def _decide_skips(backend: Backend, q, device: str, skipped: dict) -> None:
+    """Record in `skipped` what of `backend` would not fit in memory on inputs like q: its
+    forward (by `predicted_bytes`), or else a dense map it cannot give in row blocks."""
+    free = available_bytes(device)
+
+    def no_room(need: int) -> str:
+        return f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+
+    forward = backend.predicted_bytes(*q.shape, q.element_size())
+    if forward > HEADROOM * free:
+        skipped[(backend.spec, "rel_frobenius_vs_softmax")] = no_room(forward)
+        return
+    dense_map = DENSE_MAP_BYTES * planes_of(q) * q.shape[-2] ** 2
+    if not backend.map_in_blocks and dense_map > HEADROOM * free:
+        skipped[(backend.spec, "captured_mass_vs_softmax")] = "attention map " + no_room(dense_map)
 
 
 def _sampler_metrics(backend: Backend) -> dict[str, float]:
@@ -136,13 +166,25 @@ def _monte_carlo_metrics(backend: Backend, q, k, v, reference, grid, seeds) -> d
     }
 
 
-def _map_metrics(backend: Backend, q, k, weights, grid) -> dict[str, float]:
-    """Captured mass and TV distance, for backends that can show their attention map."""
+def _map_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
+    """Captured mass and TV distance, for backends that can show their attention map,
+    reduced a block of query rows at a time against the same rows of softmax's map."""
+    n, planes = q.shape[-2], planes_of(q)
+    k64 = k.double()
+    # per-row results go straight into preallocated rows (see `exact.by_rows` for why)
+    mass = torch.empty(q.shape[:-1], dtype=torch.float64, device=q.device)
+    tv = torch.empty_like(mass)
     try:
-        amap = backend.map_of(q, k, grid=grid)
+        for rows, weights in backend.map_blocks(q, k, row_blocks(n, n, planes), grid):
+            # a dense map comes as one block: reduce it in blocks all the same
+            for sub in row_blocks(rows.stop - rows.start, n, planes):
+                at = slice(rows.start + sub.start, rows.start + sub.stop)
+                exact = softmax_weights(q[..., at, :].double(), k64)
+                mass[..., at] = captured_mass(exact, weights[..., sub, :] > 0)
+                tv[..., at] = total_variation(exact, weights[..., sub, :])
     except NotImplementedError:
         return {}
-    return map_metrics(weights, amap)
+    return map_summary(mass, tv)
 
 
 def _search_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
@@ -159,11 +201,13 @@ def _search_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
     qf, kf = q.reshape(b * h, n, d), k.reshape(b * h, n, d)
     kappa = found.shape[-1]
     if backend.values.get("variant") == "mode":
-        truth, _ = reference.topk_mode(qf, kf, height, width, kappa, backend.values["L"])
+        L = backend.values["L"]
+        truth = by_rows(lambda q, k: reference.topk_mode(q, k, height, width, kappa, L)[0], qf, kf)
     else:
-        truth, _ = reference.topk_max(qf, kf, kappa)
+        truth = by_rows(lambda q, k: reference.topk_max(q, k, kappa)[0], qf, kf)
+    best = by_rows(lambda q, k: reference.scores(q, k).amax(-1, keepdim=True), qf, kf)
     return {
-        "argmax_hit_rate": argmax_hit_rate(scores[..., 0], reference.scores(qf, kf)),
+        "argmax_hit_rate": argmax_hit_rate(scores[..., 0], best[..., 0]),
         "recall_at_kappa": recall_at_k(found.long(), truth),
     }
 
@@ -184,9 +228,14 @@ UNITS = {
 }
 
 
-def _row(spec: ErrorSpec, n: int, grid, backend: str, impl: str, metric: str, values):
+def _row(
+    spec: ErrorSpec, n: int, grid, backend: str, impl: str, metric: str, values,
+    skip_reason: str = "",
+):  # fmt: skip
+    """The row of one (backend, metric) case: mean, std and spread over trials, or, with a
+    `skip_reason`, a skipped row without values."""
     vals = np.asarray(values, dtype=np.float64)
-    return Row(
+    case = dict(
         study="error",
         backend=backend,
         impl=impl,
@@ -199,8 +248,13 @@ def _row(spec: ErrorSpec, n: int, grid, backend: str, impl: str, metric: str, va
         seq=n,
         dim=spec.inputs.dim,
         metric=metric,
-        value=float(vals.mean()),
         unit=UNITS[metric.partition("_vs_")[0]],
+    )
+    if skip_reason:
+        return Row(**case, status="skipped", reason=skip_reason)
+    return Row(
+        **case,
+        value=float(vals.mean()),
         std=float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
         count=len(vals),
         p10=float(np.percentile(vals, 10)),
