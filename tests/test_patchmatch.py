@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from numba import njit
 
 from attnbench.kernels.patchmatch import core, reference
 from attnbench.kernels.patchmatch.dispatch import patchmatch, window_softmax
@@ -208,6 +209,48 @@ def test_skipping_unchanged_neighbours_changes_nothing(H, W, T, jumps, inputs):
     assert np.array_equal(runs[0], runs[1])
 
 
+@njit
+def _per_query_random_search(q, k, kappa, mode, L, H, W, T, scale, seed, ids, sc, valid, masked):
+    """Init and T random searches one query at a time, with the per-query steps the CUDA
+    kernels run: the CPU kernel's blocked random search must give the same lists."""
+    B, n = q.shape[0], q.shape[1]
+    for unit in range(B * n):
+        b, p = unit // n, unit % n
+        core.init_query(ids, sc, unit, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
+        for t in range(T):
+            core.random_search_query(
+                ids, sc, unit, q, k, b, p, kappa, mode, L, H, W, scale, seed, t, valid, masked
+            )
+
+
+@pytest.mark.parametrize("variant, L", [("max", 1), ("mode", 3)])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("d", [3, 5])
+def test_blocked_random_search_equals_per_query(variant, L, masked, d):
+    """9 x 15 = 135 queries per batch entry: two full search blocks and a partial one."""
+    from attnbench.kernels.patchmatch import cpu
+
+    H, W, B, kappa, T, seed = 9, 15, 2, 3, 3, 11
+    assert H * W > 2 * cpu.SEARCH_BLOCK and H * W % cpu.SEARCH_BLOCK
+    q, k = (t.numpy() for t in _random(B, H * W, d, seed=2)[:2])
+    valid = None
+    if masked:
+        valid = (np.random.default_rng(0).random((B, H * W)) < 0.7).astype(np.uint8)
+    blocked = [np.empty((B, H * W, kappa), dt) for dt in (np.int32, np.float32) * 2]
+    changed = np.zeros((2, B * H * W), np.int32)
+    cpu.patchmatch(q, k, H, W, kappa, variant, L, T, (), seed, *blocked, changed, valid)
+    ids = np.empty((B * H * W, kappa), np.int32)
+    sc = np.empty((B * H * W, kappa), np.float32)
+    scale = np.float32(1.0 / np.sqrt(d))
+    flags, is_masked = core.key_validity(valid, q)
+    _per_query_random_search(
+        q, k, kappa, variant == "mode", L, H, W, T, scale, seed, ids, sc, flags, is_masked
+    )
+    assert np.array_equal(blocked[0].reshape(-1, kappa), ids)
+    assert np.array_equal(blocked[1].reshape(-1, kappa), sc)
+    assert (changed[0] == core.pass_number(T - 1, 0, 0)).any()  # the searches did change lists
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -239,4 +282,6 @@ def test_bad_shapes_raise():
         window_softmax(q, k, v, matches + 12, 3, 4, 1)
     with pytest.raises(ValueError):
         window_softmax(q, k, v, matches, 3, 4, -1)
+    with pytest.raises(ValueError, match="kappa"):  # longer than a CUDA thread's scratch
+        window_softmax(q, k, v, matches.expand(1, 12, core.MAX_KAPPA + 1), 3, 4, 1)
     assert math.isfinite(float(window_softmax(q, k, v, matches, 3, 4, 0)[0].sum()))

@@ -89,10 +89,17 @@ def rand_pair(key, counter, m1, m2):
 
 @njit(inline="always")
 def score(q, k, b, p, j, scale):
-    """s(p, j) = <q_p, k_j> * scale, summed in fp32 over c = 0 .. d-1 in order."""
+    """s(p, j) = <q_p, k_j> * scale, summed in fp32 over c = 0 .. d-1 in order. d = 3 (the
+    seed's image setting) is spelled out: the same sums, without a loop whose trip count
+    the compiler does not know (that loop cost the CPU random search a sixth of its time)."""
     acc = float32(0.0)
-    for c in range(q.shape[2]):
-        acc += q[b, p, c] * k[b, j, c]
+    if q.shape[2] == 3:
+        acc += q[b, p, 0] * k[b, j, 0]
+        acc += q[b, p, 1] * k[b, j, 1]
+        acc += q[b, p, 2] * k[b, j, 2]
+    else:
+        for c in range(q.shape[2]):
+            acc += q[b, p, c] * k[b, j, c]
     return acc * scale
 
 
@@ -177,7 +184,12 @@ def consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked)
     and on its own (a branch that rarely changes outcome) is cheaper than the scan."""
     if masked and valid[b, j] == 0:
         return False
-    s = score(q, k, b, p, j, scale)
+    return consider_scored(ids, sc, r, kappa, j, score(q, k, b, p, j, scale), mode, L, W)
+
+
+@njit(inline="always")
+def consider_scored(ids, sc, r, kappa, j, s, mode, L, W):
+    """`consider` for an allowed key j whose score s is already known."""
     if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:
         return False
     if contains(ids, r, kappa, j):
@@ -207,10 +219,11 @@ def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed, valid, ma
 
 @njit(inline="always")
 def propagate_query(
-    old_ids, old_sc, changed_at, old, ids, sc, r, q, k, b, p, kappa, jump, mode, L, H, W,
+    old_ids, old_sc, changed_at, old, ids, sc, r, q, k, b, y, x, kappa, jump, mode, L, H, W,
     scale, since, valid, masked,
 ):
-    """One jump-flood propagation step of query p into list r: start from its old list
+    """One jump-flood propagation step of query p = (y, x) into list r (the caller has the
+    pixel's coordinates, so the CPU kernel walks rows without dividing): start from its old list
     (row b * n + p of the old field); for each of the 4 neighbours p + delta at distance
     `jump` in the grid, try every entry j' of the neighbour's old list shifted back by
     delta (coherent shift, if in the grid) and j' itself. True if list r changed.
@@ -223,11 +236,10 @@ def propagate_query(
     suppression can later re-admit a key, and the first iteration)."""
     n = q.shape[1]
     changed = False
+    p = y * W + x
     for i in range(kappa):
         ids[r, i] = old_ids[b * n + p, i]
         sc[r, i] = old_sc[b * n + p, i]
-    y = p // W
-    x = p % W
     for direction in range(4):
         dy = 0
         dx = 0
@@ -281,18 +293,24 @@ def random_search_query(
         v = centre % W
         radius = max(H, W)
         while radius >= 1:
-            y0 = max(u - radius, 0)
-            x0 = max(v - radius, 0)
-            dy, dx = rand_pair(key, counter, min(u + radius, H - 1) - y0 + 1,
-                               min(v + radius, W - 1) - x0 + 1)
-            y = y0 + dy
-            x = x0 + dx
+            j = search_candidate(key, counter, u, v, radius, H, W)
             counter += 1
-            changed |= consider(
-                ids, sc, r, kappa, y * W + x, q, k, b, p, scale, mode, L, W, valid, masked
-            )
+            changed |= consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked)
             radius //= 2
     return changed
+
+
+@njit(inline="always")
+def search_candidate(key, counter, u, v, radius, H, W):
+    """The counter-th draw of stream `key` as a random-search proposal: a uniformly random
+    pixel of the window (u, v) +- radius clipped to the grid, as a linear index. It reads
+    no list, so the CPU kernel draws many queries' proposals in one vectorised loop."""
+    y0 = max(u - radius, 0)
+    x0 = max(v - radius, 0)
+    dy, dx = rand_pair(
+        key, counter, min(u + radius, H - 1) - y0 + 1, min(v + radius, W - 1) - x0 + 1
+    )
+    return (y0 + dy) * W + x0 + dx
 
 
 @njit(inline="always")
@@ -315,34 +333,41 @@ def skip_since(t, i, jumps_per_iteration, mode):
 
 
 @njit(inline="always")
-def in_earlier_window(matches, b, p, e, y, x, W, radius):
+def in_earlier_window(matches, my, mx, r, b, p, e, y, x, radius):
     """True if pixel (y, x) lies in the window of a match before the e-th: counted there."""
     for f in range(e):
-        m = matches[b, p, f]
-        if m >= 0 and abs(m // W - y) <= radius and abs(m % W - x) <= radius:
+        if matches[b, p, f] >= 0 and abs(my[r, f] - y) <= radius and abs(mx[r, f] - x) <= radius:
             return True
     return False
 
 
 @njit(inline="always")
-def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out, valid, masked):
+def window_softmax_query(
+    q, k, v, matches, my, mx, r, b, p, H, W, radius, scale, out, valid, masked
+):
     """out[b, p] = softmax-weighted mean of v over the union of the (2 radius + 1)^2
     windows around p's matches (clipped, each key once, masked-out keys left out); returns
     the number of keys used (0: out[b, p] = 0).
 
-    Two passes over the candidates: the max score, then exp(s - max) sums (fp32).
+    my, mx: scratch rows (row r, >= kappa wide) for the matches' pixel coordinates, found
+    once here: the duplicate test runs for every key of every window and dividing there
+    took much of the time. Two passes over the candidates: the max score, then
+    exp(s - max) sums (fp32).
     """
     kappa = matches.shape[2]
+    for e in range(kappa):
+        m = max(matches[b, p, e], 0)
+        my[r, e] = m // W
+        mx[r, e] = m % W
     best = float32(-math.inf)
     count = 0
     for e in range(kappa):
-        m = matches[b, p, e]
-        if m < 0:
+        if matches[b, p, e] < 0:
             continue
-        for y in range(max(m // W - radius, 0), min(m // W + radius, H - 1) + 1):
-            for x in range(max(m % W - radius, 0), min(m % W + radius, W - 1) + 1):
+        for y in range(max(my[r, e] - radius, 0), min(my[r, e] + radius, H - 1) + 1):
+            for x in range(max(mx[r, e] - radius, 0), min(mx[r, e] + radius, W - 1) + 1):
                 j = y * W + x
-                if not in_earlier_window(matches, b, p, e, y, x, W, radius) and (
+                if not in_earlier_window(matches, my, mx, r, b, p, e, y, x, radius) and (
                     not masked or valid[b, j] != 0
                 ):
                     best = max(best, score(q, k, b, p, j, scale))
@@ -353,13 +378,12 @@ def window_softmax_query(q, k, v, matches, b, p, H, W, radius, scale, out, valid
         return 0
     total = float32(0.0)
     for e in range(kappa):
-        m = matches[b, p, e]
-        if m < 0:
+        if matches[b, p, e] < 0:
             continue
-        for y in range(max(m // W - radius, 0), min(m // W + radius, H - 1) + 1):
-            for x in range(max(m % W - radius, 0), min(m % W + radius, W - 1) + 1):
+        for y in range(max(my[r, e] - radius, 0), min(my[r, e] + radius, H - 1) + 1):
+            for x in range(max(mx[r, e] - radius, 0), min(mx[r, e] + radius, W - 1) + 1):
                 j = y * W + x
-                if not in_earlier_window(matches, b, p, e, y, x, W, radius) and (
+                if not in_earlier_window(matches, my, mx, r, b, p, e, y, x, radius) and (
                     not masked or valid[b, j] != 0
                 ):
                     w = float32(math.exp(score(q, k, b, p, j, scale) - best))
@@ -412,5 +436,7 @@ def check_window(q, k, v, matches, H, W, b) -> None:
         raise ValueError(f"v must be [B, n, dv] like q {tuple(q.shape)}, got {tuple(v.shape)}")
     if len(matches.shape) != 3 or tuple(matches.shape[:2]) != tuple(q.shape[:2]):
         raise ValueError(f"matches must be [B, n, kappa], got {tuple(matches.shape)}")
-    if matches.shape[2] < 1 or b < 0:
-        raise ValueError(f"need kappa >= 1 and b >= 0, got {matches.shape[2]} and b={b}")
+    if not 1 <= matches.shape[2] <= MAX_KAPPA or b < 0:
+        raise ValueError(
+            f"need 1 <= kappa <= {MAX_KAPPA} and b >= 0, got {matches.shape[2]} and b={b}"
+        )

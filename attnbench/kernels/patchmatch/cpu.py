@@ -1,9 +1,11 @@
-"""SCRAM's PatchMatch and window softmax on the CPU: numba `njit(parallel=True)`, one
-`prange` work unit per (batch, query).
+"""SCRAM's PatchMatch and window softmax on the CPU: numba `njit(parallel=True)`. The
+`prange` work units are one query (init), one grid row (propagation, window softmax) or a
+block of `SEARCH_BLOCK` queries (random search).
 
-The per-query steps come from `core`, so matches and scores equal the CUDA kernels' bit
-for bit for the same seed. A whole PatchMatch run (init, T iterations of propagation
-passes and a random search) is one compiled call, so there is no per-pass Python overhead.
+The steps come from `core` and try the same keys in the same order per query, so matches
+and scores equal the CUDA kernels' bit for bit for the same seed. A whole PatchMatch run
+(init, T iterations of propagation passes and a random search) is one compiled call, so
+there is no per-pass Python overhead.
 All functions take C-contiguous numpy arrays (float32 / int32) and overwrite their outputs.
 The thread count is numba's (`numba.set_num_threads`).
 
@@ -20,6 +22,75 @@ from numba import njit, prange
 from attnbench.kernels.patchmatch import core
 
 __all__ = ["patchmatch", "window_softmax"]
+
+
+# Queries whose random-search proposals are drawn and scored together (`_random_search_block`).
+SEARCH_BLOCK = 64
+
+
+@njit(inline="always")
+def _search_levels(H, W):
+    """How many radii the random search tries: max(H, W), halved down to 1."""
+    levels = 0
+    radius = max(H, W)
+    while radius >= 1:
+        levels += 1
+        radius //= 2
+    return levels
+
+
+@njit(inline="always")
+def _random_search_block(
+    ids, sc, changed, cur, now, q, k, b, p0, m, kappa, mode, L, H, W, scale, seed, t, valid,
+    masked,
+):
+    """`core.random_search_query` for queries p0 .. p0 + m - 1 of batch b, with the same
+    proposals tried in the same order on each list, so the result is bit-identical.
+
+    Per list entry i: read every query's centre, draw all their proposals in one loop over
+    the queries (integer hashing, vectorised), score them in another (gathers of keys,
+    which would keep the first loop scalar), then try them on each list in order. A query's
+    proposals around entry i depend only on that centre, read before any of them is tried,
+    as in the per-query version. Entries are only empty (-1) at a list's tail, so a
+    nonempty entry i has counter i * levels + level there too."""
+    n = q.shape[1]
+    levels = _search_levels(H, W)
+    row0 = b * n + p0
+    keys = np.empty(m, np.int64)
+    u = np.empty(m, np.int64)
+    v = np.empty(m, np.int64)
+    live = np.empty(m, np.bool_)
+    cand = np.empty((levels, m), np.int32)
+    s = np.empty((levels, m), np.float32)
+    for j in range(m):
+        keys[j] = core.rng_key(seed, b, p0 + j, core.INIT_STREAM + 1 + t)
+    for i in range(kappa):
+        for j in range(m):
+            centre = ids[row0 + j, i]
+            live[j] = centre >= 0
+            centre = max(centre, 0)  # an empty entry's draws are never tried
+            u[j] = centre // W
+            v[j] = centre % W
+        radius = max(H, W)
+        for level in range(levels):
+            counter = i * levels + level
+            for j in range(m):
+                cand[level, j] = core.search_candidate(keys[j], counter, u[j], v[j], radius, H, W)
+            for j in range(m):
+                s[level, j] = core.score(q, k, b, p0 + j, cand[level, j], scale)
+            radius //= 2
+        for j in range(m):
+            if not live[j]:
+                continue
+            hit = False
+            for level in range(levels):
+                key = cand[level, j]
+                if not masked or valid[b, key] != 0:
+                    hit |= core.consider_scored(
+                        ids, sc, row0 + j, kappa, key, s[level, j], mode, L, W
+                    )
+            if hit:
+                changed[cur, row0 + j] = now
 
 
 @njit(parallel=True, cache=True)
@@ -42,35 +113,41 @@ def _patchmatch(
         for i in range(J):
             now = core.pass_number(t, i, J)
             since = core.skip_since(t, i, J, mode or not prune)
-            for unit in prange(B * n):
-                b, p = unit // n, unit % n
-                if core.propagate_query(
-                    cur_ids, cur_sc, changed, cur, nxt_ids, nxt_sc, unit, q, k, b, p,
-                    kappa, jumps[i], mode, L, H, W, scale, since, valid, masked,
-                ):  # fmt: skip
-                    changed[1 - cur, unit] = now
-                else:
-                    changed[1 - cur, unit] = changed[cur, unit]
+            for grid_row in prange(B * H):
+                b, y = grid_row // H, grid_row % H
+                for x in range(W):
+                    unit = b * n + y * W + x
+                    if core.propagate_query(
+                        cur_ids, cur_sc, changed, cur, nxt_ids, nxt_sc, unit, q, k, b, y, x,
+                        kappa, jumps[i], mode, L, H, W, scale, since, valid, masked,
+                    ):  # fmt: skip
+                        changed[1 - cur, unit] = now
+                    else:
+                        changed[1 - cur, unit] = changed[cur, unit]
             cur_ids, cur_sc, nxt_ids, nxt_sc = nxt_ids, nxt_sc, cur_ids, cur_sc
             cur = 1 - cur
         now = core.pass_number(t, J, J)
-        for unit in prange(B * n):
-            b, p = unit // n, unit % n
-            if core.random_search_query(
-                cur_ids, cur_sc, unit, q, k, b, p, kappa, mode, L, H, W, scale, seed, t, valid,
-                masked,
-            ):
-                changed[cur, unit] = now
+        blocks = (n + SEARCH_BLOCK - 1) // SEARCH_BLOCK
+        for unit in prange(B * blocks):
+            b, p0 = unit // blocks, (unit % blocks) * SEARCH_BLOCK
+            _random_search_block(
+                cur_ids, cur_sc, changed, cur, now, q, k, b, p0, min(SEARCH_BLOCK, n - p0),
+                kappa, mode, L, H, W, scale, seed, t, valid, masked,
+            )  # fmt: skip
 
 
 @njit(parallel=True, cache=True)
 def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, masked):
-    B, n = q.shape[0], q.shape[1]
-    for unit in prange(B * n):
-        b, p = unit // n, unit % n
-        counts[b, p] = core.window_softmax_query(
-            q, k, v, matches, b, p, H, W, radius, scale, out, valid, masked
-        )
+    """One work unit per grid row of a batch entry, with its own coordinate scratch."""
+    B, kappa = q.shape[0], matches.shape[2]
+    for unit in prange(B * H):
+        b, y = unit // H, unit % H
+        my = np.empty((1, kappa), np.int32)
+        mx = np.empty((1, kappa), np.int32)
+        for p in range(y * W, (y + 1) * W):
+            counts[b, p] = core.window_softmax_query(
+                q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked
+            )
 
 
 def patchmatch(

@@ -89,8 +89,8 @@ def _propagate_kernel(
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
         if propagate_query(
-            old_ids, old_sc, changed, old, list_ids, list_sc, 0, q, k, b, p, kappa, jump, mode,
-            L, H, W, scale, since, valid, masked,
+            old_ids, old_sc, changed, old, list_ids, list_sc, 0, q, k, b, p // W, p % W, kappa,
+            jump, mode, L, H, W, scale, since, valid, masked,
         ):  # fmt: skip
             changed[1 - old, unit] = now
         else:
@@ -125,8 +125,10 @@ def _window_softmax_kernel(q, k, v, matches, H, W, radius, scale, out, counts, v
     B, n = q.shape[0], q.shape[1]
     if unit < B * n:
         b, p = unit // n, unit % n
+        my = cuda.local.array((1, MAX_KAPPA), int32)
+        mx = cuda.local.array((1, MAX_KAPPA), int32)
         counts[b, p] = window_softmax_query(
-            q, k, v, matches, b, p, H, W, radius, scale, out, valid, masked
+            q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked
         )
 
 
