@@ -11,11 +11,13 @@ from attnbench.backends.registry import Backend, register
 
 
 def softmax_weights(q: torch.Tensor, k: torch.Tensor, mask=None) -> torch.Tensor:
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~key_mask(mask), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return torch.nan_to_num(weights, nan=0.0)  # rows with every key masked
+    """Two n x n matrices at most (scores, weights): scaling and masking work in place (the
+    product's backward needs q and k, not its output), and only a mask can empty a row."""
+    scores = (q @ k.transpose(-1, -2)).div_(math.sqrt(q.shape[-1]))
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    scores.masked_fill_(~key_mask(mask), float("-inf"))
+    return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)  # rows with every key masked
 
 
 @register
@@ -32,4 +34,4 @@ class Softmax(Backend):
         return softmax_weights(q, k, mask)
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
-        return 3 * batch * heads * n * n * itemsize  # scores, scaled scores, weights
+        return 3 * batch * heads * n * n * itemsize  # scores, weights, and a copy when masked
