@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from attnbench import get_backend
+from attnbench.backends.registry import Backend
 from attnbench.backends.softmax import softmax_weights
+from attnbench.backends.sparse import SparseStrided
 from attnbench.images import grid_qkv
 from attnbench.inputs import Inputs
 from attnbench.kernels.patchmatch import reference
@@ -100,34 +102,44 @@ def test_search_metrics_in_blocks_equal_brute_force(spec, tiny_blocks):
     assert error._search_metrics(backend, q, k, GRID) == dense
 
 
+class WholeMapStrided(SparseStrided):
+    """The strided pattern giving its map only whole, as a backend without row blocks does."""
+
+    name = "whole-map-strided"
+    map_in_blocks = False
+    map_blocks = Backend.map_blocks
+
+
 def run_rows(free_bytes, monkeypatch, backends):
     monkeypatch.setattr(error, "available_bytes", lambda device: free_bytes)
     spec = ErrorSpec(
         seqs=[], grids=[GRID], hashes=[8], trials=2, mc_seeds=1,
-        inputs=Inputs("blobs", 1, 1, 3), backends=[get_backend(b) for b in backends],
+        inputs=Inputs("blobs", 1, 1, 3), backends=backends,
     )  # fmt: skip
     return [row for batch in run_error(spec) for row in batch]
 
 
 def test_what_cannot_fit_is_skipped_with_its_reason(monkeypatch):
     softmax, strided, scram = (get_backend(b) for b in ("softmax", "sparse-strided", "scram"))
+    whole = WholeMapStrided()
     forward = {b.spec: b.predicted_bytes(1, 1, N, 3, 4) for b in (softmax, strided, scram)}
     dense_map = error.DENSE_MAP_BYTES * N * N
     # room for every forward but softmax's, and for no dense map
     free = int(max(forward[strided.spec], forward[scram.spec]) / error.HEADROOM) + 1
     assert forward[softmax.spec] > error.HEADROOM * free and dense_map > error.HEADROOM * free
-    rows = run_rows(free, monkeypatch, ["softmax", "sparse-strided", "scram"])
+    rows = run_rows(free, monkeypatch, [softmax, whole, strided, scram])
     by_backend = {}
     for r in rows:
         by_backend.setdefault(r.backend, {})[r.metric] = r
 
     (skip,) = by_backend["softmax"].values()  # nothing of softmax ran
     assert skip.status == "skipped" and skip.value is None and skip.reason.startswith("needs ~")
-    # strided ran, but its map (dense only) was skipped
-    assert by_backend[strided.spec]["rel_frobenius_vs_softmax"].status == "ok"
-    skip = by_backend[strided.spec]["captured_mass_vs_softmax"]
+    # the whole-map backend ran, but its map was skipped
+    assert by_backend[whole.spec]["rel_frobenius_vs_softmax"].status == "ok"
+    skip = by_backend[whole.spec]["captured_mass_vs_softmax"]
     assert skip.status == "skipped" and skip.reason.startswith("attention map needs ~")
-    assert "tv_vs_softmax" not in by_backend[strided.spec]
-    # scram's map comes in blocks: all of its metrics were computed
-    assert all(r.status == "ok" and r.count == 2 for r in by_backend[scram.spec].values())
-    assert "tv_vs_softmax" in by_backend[scram.spec]
+    assert "tv_vs_softmax" not in by_backend[whole.spec]
+    # the maps of strided and scram come in blocks: all of their metrics were computed
+    for backend in (strided, scram):
+        assert all(r.status == "ok" and r.count == 2 for r in by_backend[backend.spec].values())
+        assert "tv_vs_softmax" in by_backend[backend.spec]

@@ -159,3 +159,12 @@ def test_registered_spatial_and_with_backward():
         assert backend.spatial and backend.backward
         assert backend.predicted_bytes(1, 4, 4096, 64, 4) > 0
     assert get_backend("sparse-fixed").spec == "sparse-fixed:l=0,c=1"
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_pattern_rows_are_rows_of_the_whole_pattern(spec):
+    """The error study builds a map a block of query rows at a time from these rows."""
+    backend, grid = get_backend(spec), (5, 7)
+    whole = backend.pattern(35, grid)
+    for rows in (slice(0, 4), slice(4, 13), slice(30, 35)):
+        assert torch.equal(backend.pattern(35, grid, rows), whole[rows])

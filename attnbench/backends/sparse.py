@@ -36,16 +36,18 @@ def auto_stride(n: int, grid: tuple[int, int] | None) -> int:
     return width if height > 1 else max(1, round(math.sqrt(n)))
 
 
-def strided_pattern(n: int, l: int) -> torch.Tensor:  # noqa: E741 - l as in the paper
-    """Dense bool [n, n] of the bidirectional strided pattern A1 | A2 (the test oracle)."""
-    i = torch.arange(n)[:, None]
+def strided_pattern(n: int, l: int, rows: slice = slice(None)) -> torch.Tensor:  # noqa: E741
+    """Dense bool [r, n] of the bidirectional strided pattern A1 | A2 for the query rows
+    `rows` (default all: the test oracle); l as in the paper."""
+    i = torch.arange(n)[rows][:, None]
     j = torch.arange(n)[None, :]
     return ((i - j).abs() < l) | ((i - j) % l == 0)
 
 
-def fixed_pattern(n: int, l: int, c: int) -> torch.Tensor:  # noqa: E741 - l as in the paper
-    """Dense bool [n, n] of the bidirectional fixed pattern A1 | A2 (the test oracle)."""
-    i = torch.arange(n)[:, None]
+def fixed_pattern(n: int, l: int, c: int, rows: slice = slice(None)) -> torch.Tensor:  # noqa: E741
+    """Dense bool [r, n] of the bidirectional fixed pattern A1 | A2 for the query rows `rows`
+    (default all: the test oracle); l as in the paper."""
+    i = torch.arange(n)[rows][:, None]
     j = torch.arange(n)[None, :]
     return (j // l == i // l) | (j % l >= l - c)
 
@@ -76,18 +78,29 @@ class _Sparse(Backend):
 
     spatial = True
     backward = True
+    map_in_blocks = True  # a map row needs only its own query and pattern row
 
     def stride(self, n: int, grid: tuple[int, int] | None = None) -> int:
         return int(self.values["l"]) or auto_stride(n, grid)
 
-    def pattern(self, n: int, grid: tuple[int, int] | None = None) -> torch.Tensor:
+    def pattern(self, n: int, grid=None, rows: slice = slice(None)) -> torch.Tensor:
         raise NotImplementedError
 
     def attention_map(self, q, k, mask=None, grid=None):
         """Dense [B, H, n, n] weights: softmax restricted to the pattern (small n only)."""
+        return self._map_rows(q, k, slice(None), mask, grid)
+
+    def map_blocks(self, q, k, blocks, grid=None):
+        """The map a block of query rows at a time, each with its rows of the pattern."""
+        for rows in blocks:
+            yield rows, self._map_rows(q[..., rows, :], k, rows, None, grid)
+
+    def _map_rows(self, q, k, rows: slice, mask, grid):
+        """Weights [B, H, r, n] of the queries q, rows `rows` of the sequence: softmax
+        restricted to their pattern rows."""
         n = k.shape[-2]
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        allowed = self.pattern(n, grid).to(q.device)[None, None]
+        allowed = self.pattern(n, grid, rows).to(q.device)[None, None]
         if mask is not None:
             allowed = allowed & key_mask(mask)
         weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
@@ -105,8 +118,8 @@ class SparseStrided(_Sparse):
     complexity = "O(n (l + n/l) d) time and memory; O(n^1.5 d) at l = sqrt(n)"
     summary = "Sparse Transformer strided pattern (Child et al. 2019), bidirectional"
 
-    def pattern(self, n, grid=None):
-        return strided_pattern(n, self.stride(n, grid))
+    def pattern(self, n, grid=None, rows=slice(None)):
+        return strided_pattern(n, self.stride(n, grid), rows)
 
     def forward(self, q, k, v, mask=None, grid=None):
         """Block-sparse: block r of l queries scores key blocks r-1..r+1 (the band) and the
@@ -174,9 +187,9 @@ class SparseFixed(_Sparse):
     def summary_width(self, l: int) -> int:  # noqa: E741
         return min(int(self.values["c"]), l)
 
-    def pattern(self, n, grid=None):
+    def pattern(self, n, grid=None, rows=slice(None)):
         l = self.stride(n, grid)  # noqa: E741
-        return fixed_pattern(n, l, self.summary_width(l))
+        return fixed_pattern(n, l, self.summary_width(l), rows)
 
     def forward(self, q, k, v, mask=None, grid=None):
         """Block-sparse: block r of l queries scores its own block (A1) and the c summary keys
