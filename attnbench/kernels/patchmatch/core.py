@@ -221,7 +221,7 @@ def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed, valid, ma
 def propagate_query(
     old_ids, old_sc, changed_at, old, ids, sc, r, q, k, b, y, x, kappa, jump, mode, L, H, W,
     scale, since, valid, masked,
-):
+):  # fmt: skip
     """One jump-flood propagation step of query p = (y, x) into list r (the caller has the
     pixel's coordinates, so the CPU kernel walks rows without dividing): start from its old list
     (row b * n + p of the old field); for each of the 4 neighbours p + delta at distance
@@ -269,9 +269,7 @@ def propagate_query(
                 changed |= consider(
                     ids, sc, r, kappa, shifted, q, k, b, p, scale, mode, L, W, valid, masked
                 )
-            changed |= consider(
-                ids, sc, r, kappa, jn, q, k, b, p, scale, mode, L, W, valid, masked
-            )
+            changed |= consider(ids, sc, r, kappa, jn, q, k, b, p, scale, mode, L, W, valid, masked)
     return changed
 
 

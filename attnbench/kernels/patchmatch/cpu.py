@@ -43,7 +43,7 @@ def _search_levels(H, W):
 def _random_search_block(
     ids, sc, changed, cur, now, q, k, b, p0, m, kappa, mode, L, H, W, scale, seed, t, valid,
     masked,
-):
+):  # fmt: skip
     """`core.random_search_query` for queries p0 .. p0 + m - 1 of batch b, with the same
     proposals tried in the same order on each list, so the result is bit-identical.
 
@@ -97,7 +97,7 @@ def _random_search_block(
 def _patchmatch(
     q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed, prune,
     valid, masked,
-):
+):  # fmt: skip
     """Run PatchMatch on fields [B*n, kappa] (row = list of query b * n + p); the result
     is in (ids, sc) or, after an odd number of propagation passes, in (ids2, sc2).
     changed [2, B*n]: the last pass that changed each list, double-buffered with them;
@@ -153,7 +153,7 @@ def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, m
 def patchmatch(
     q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, tmp_ids, tmp_sc, changed,
     valid=None, prune=True,
-):
+):  # fmt: skip
     """Top-kappa matches int32 [B, n, kappa] (best first, -1 = none) and their float32
     scores of queries q against keys k, both [B, H*W, d], written into matches / scores;
     tmp_ids / tmp_sc (same shapes) are the second buffer of the propagation passes and

@@ -79,7 +79,7 @@ def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked):
 def _propagate_kernel(
     q, k, old_ids, old_sc, changed, old, kappa, jump, mode, L, H, W, scale, since, now, ids, sc,
     valid, masked,
-):
+):  # fmt: skip
     """One propagation pass: read (old_ids, old_sc) and changed[old], write (ids, sc) and
     changed[1 - old]; fields [B*n, kappa], changed [2, B*n] (see `core.propagate_query`)."""
     unit = cuda.grid(1)
@@ -136,7 +136,8 @@ _F3, _I3 = float32[:, :, ::1], int32[:, :, ::1]
 _F2, _I2, _U2 = float32[:, ::1], int32[:, ::1], uint8[:, ::1]
 
 # Every kernel with the argument types the launchers pass (C-contiguous arrays, int64,
-# bool and float32 scalars); tests/test_ptx_patchmatch.py compiles each to PTX.
+# bool and float32 scalars); tests/test_ptx.py compiles each to PTX.
+# fmt: off
 KERNELS = {
     "init": (
         _init_kernel,
@@ -146,17 +147,18 @@ KERNELS = {
         _propagate_kernel,
         (_F3, _F3, _I2, _F2, _I2, int64, int64, int64, boolean, int64, int64, int64, float32,
          int64, int64, _I2, _F2, _U2, boolean),
-    ),  # fmt: skip
+    ),
     "random_search": (
         _random_search_kernel,
         (_F3, _F3, int64, boolean, int64, int64, int64, float32, int64, int64, _I2, _F2, _I2,
          int64, int64, _U2, boolean),
-    ),  # fmt: skip
+    ),
     "window_softmax": (
         _window_softmax_kernel,
         (_F3, _F3, _F3, _I3, int64, int64, int64, float32, _F3, _I2, _U2, boolean),
     ),
 }
+# fmt: on
 
 
 def _launch(kernel, threads: int, *args) -> None:
@@ -183,7 +185,7 @@ def _key_validity(valid, q):
 def patchmatch(
     q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, tmp_ids, tmp_sc, changed,
     valid=None,
-):
+):  # fmt: skip
     """As `cpu.patchmatch`: init, then T x (a propagation pass per jump, a random search)."""
     mode = core.check_patchmatch(q, k, H, W, kappa, variant, L, T, jumps)
     valid, masked = _key_validity(valid, q)
