@@ -127,6 +127,14 @@ def contains(ids, r, kappa, j):
 
 
 @njit(inline="always")
+def copy_list(src_ids, src_sc, src_row, dst_ids, dst_sc, dst_row, kappa):
+    """Copy list src_row of (src_ids, src_sc) into list dst_row of (dst_ids, dst_sc)."""
+    for i in range(kappa):
+        dst_ids[dst_row, i] = src_ids[src_row, i]
+        dst_sc[dst_row, i] = src_sc[src_row, i]
+
+
+@njit(inline="always")
 def sorted_insert(ids, sc, r, kappa, j, s):
     """Put (j, s) in list r if there is room or it beats the worst entry; True if put."""
     if ids[r, kappa - 1] >= 0 and not s > sc[r, kappa - 1]:

@@ -89,9 +89,7 @@ def _random_search_block(
         for j in range(m):
             if not live[j]:
                 continue
-            for e in range(kappa):
-                lid[0, e] = ids[row0 + j, e]
-                lsc[0, e] = sc[row0 + j, e]
+            core.copy_list(ids, sc, row0 + j, lid, lsc, 0, kappa)
             hit = False
             for level in range(levels):
                 key = cand[level, j]
@@ -99,9 +97,7 @@ def _random_search_block(
                     hit |= core.consider_scored(lid, lsc, 0, kappa, key, s[level, j], mode, L, W)
             if hit:
                 changed[cur, row0 + j] = now
-                for e in range(kappa):
-                    ids[row0 + j, e] = lid[0, e]
-                    sc[row0 + j, e] = lsc[0, e]
+                core.copy_list(lid, lsc, 0, ids, sc, row0 + j, kappa)
 
 
 @njit(parallel=True, cache=True)
@@ -137,9 +133,7 @@ def _patchmatch(
                         changed[1 - cur, unit] = now
                     else:
                         changed[1 - cur, unit] = changed[cur, unit]
-                    for e in range(kappa):
-                        nxt_ids[unit, e] = lid[0, e]
-                        nxt_sc[unit, e] = lsc[0, e]
+                    core.copy_list(lid, lsc, 0, nxt_ids, nxt_sc, unit, kappa)
             cur_ids, cur_sc, nxt_ids, nxt_sc = nxt_ids, nxt_sc, cur_ids, cur_sc
             cur = 1 - cur
         now = core.pass_number(t, J, J)

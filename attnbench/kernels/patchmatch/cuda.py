@@ -40,26 +40,11 @@ def _python_twins(module) -> dict:
 
 
 _helpers = _python_twins(core) if simulator_enabled() else vars(core)
+copy_list = _helpers["copy_list"]
 init_query = _helpers["init_query"]
 propagate_query = _helpers["propagate_query"]
 random_search_query = _helpers["random_search_query"]
 window_softmax_query = _helpers["window_softmax_query"]
-
-
-@cuda.jit(device=True)
-def _load(ids, sc, unit, kappa, list_ids, list_sc):
-    """A query's list from the field into its thread-local row 0."""
-    for i in range(kappa):
-        list_ids[0, i] = ids[unit, i]
-        list_sc[0, i] = sc[unit, i]
-
-
-@cuda.jit(device=True)
-def _store(list_ids, list_sc, kappa, ids, sc, unit):
-    """A thread-local list back into row `unit` of the field."""
-    for i in range(kappa):
-        ids[unit, i] = list_ids[0, i]
-        sc[unit, i] = list_sc[0, i]
 
 
 @cuda.jit
@@ -72,7 +57,7 @@ def _init_kernel(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked):
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
         init_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
-        _store(list_ids, list_sc, kappa, ids, sc, unit)
+        copy_list(list_ids, list_sc, 0, ids, sc, unit, kappa)
 
 
 @cuda.jit
@@ -95,7 +80,7 @@ def _propagate_kernel(
             changed[1 - old, unit] = now
         else:
             changed[1 - old, unit] = changed[old, unit]
-        _store(list_ids, list_sc, kappa, ids, sc, unit)
+        copy_list(list_ids, list_sc, 0, ids, sc, unit, kappa)
 
 
 @cuda.jit
@@ -110,12 +95,12 @@ def _random_search_kernel(
         b, p = unit // n, unit % n
         list_ids = cuda.local.array((1, MAX_KAPPA), int32)
         list_sc = cuda.local.array((1, MAX_KAPPA), float32)
-        _load(ids, sc, unit, kappa, list_ids, list_sc)
+        copy_list(ids, sc, unit, list_ids, list_sc, 0, kappa)
         if random_search_query(
             list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, H, W, scale, seed, t, valid, masked
         ):
             changed[cur, unit] = now
-        _store(list_ids, list_sc, kappa, ids, sc, unit)
+        copy_list(list_ids, list_sc, 0, ids, sc, unit, kappa)
 
 
 @cuda.jit
