@@ -227,14 +227,20 @@ def init_query(ids, sc, r, q, k, b, p, kappa, mode, L, W, scale, seed, valid, ma
 
 @njit(inline="always")
 def propagate_query(
-    old_ids, old_sc, changed_at, old, ids, sc, r, q, k, b, y, x, kappa, jump, mode, L, H, W,
-    scale, since, valid, masked,
+    old_ids, old_sc, changed_at, old, ids, sc, r, cand, cand_sc, batched, q, k, b, y, x, kappa,
+    jump, mode, L, H, W, scale, since, valid, masked,
 ):  # fmt: skip
     """One jump-flood propagation step of query p = (y, x) into list r (the caller has the
     pixel's coordinates, so the CPU kernel walks rows without dividing): start from its old list
     (row b * n + p of the old field); for each of the 4 neighbours p + delta at distance
     `jump` in the grid, try every entry j' of the neighbour's old list shifted back by
     delta (coherent shift, if in the grid) and j' itself. True if list r changed.
+
+    batched (the CPU): the proposals are listed in `cand` (>= 8 kappa long) and all scored
+    into `cand_sc` before any is tried, so the key gathers overlap instead of each waiting
+    behind the previous proposal's test (PatchMatch about 7 % faster, same matches). A GPU
+    thread tries each as it comes (`cand` unused): there the list would sit in slow local
+    memory (PatchMatch took 3.5 instead of 2.7 ms at 128x128 on an H100).
 
     changed_at[old, row] is the last pass that changed a list. A neighbour whose list has not
     changed since pass `since` (this pass one iteration earlier) offers exactly what p
@@ -243,11 +249,10 @@ def propagate_query(
     worst. Such neighbours are skipped; `since` = 0 skips none (the mode variant, whose
     suppression can later re-admit a key, and the first iteration)."""
     n = q.shape[1]
-    changed = False
     p = y * W + x
-    for i in range(kappa):
-        ids[r, i] = old_ids[b * n + p, i]
-        sc[r, i] = old_sc[b * n + p, i]
+    copy_list(old_ids, old_sc, b * n + p, ids, sc, r, kappa)
+    count = 0
+    changed = False
     for direction in range(4):
         dy = 0
         dx = 0
@@ -274,11 +279,50 @@ def propagate_query(
             # shift by dy * W (no division), a column shift needs the column of jn.
             shifted = jn - dy * W - dx
             if (dx == 0 and 0 <= shifted < n) or (dx != 0 and 0 <= jn % W - dx < W):
-                changed |= consider(
-                    ids, sc, r, kappa, shifted, q, k, b, p, scale, mode, L, W, valid, masked
-                )
-            changed |= consider(ids, sc, r, kappa, jn, q, k, b, p, scale, mode, L, W, valid, masked)
+                count, hit = propose(ids, sc, r, cand, count, batched, shifted, q, k, b, p, kappa,
+                                     mode, L, W, scale, valid, masked)  # fmt: skip
+                changed |= hit
+            count, hit = propose(ids, sc, r, cand, count, batched, jn, q, k, b, p, kappa, mode, L,
+                                 W, scale, valid, masked)  # fmt: skip
+            changed |= hit
+    if batched:
+        score_keys(q, k, b, p, cand, cand_sc, count, scale)
+        for e in range(count):
+            if not masked or valid[b, cand[e]] != 0:
+                changed |= consider_scored(ids, sc, r, kappa, cand[e], cand_sc[e], mode, L, W)
     return changed
+
+
+@njit(inline="always")
+def propose(ids, sc, r, cand, count, batched, j, q, k, b, p, kappa, mode, L, W, scale, valid,
+            masked):  # fmt: skip
+    """Propagation's proposal j: appended to cand (batched; returns (count + 1, False)) or
+    tried on list r now (returns (count, whether the list changed))."""
+    if batched:
+        cand[count] = j
+        return count + 1, False
+    return count, consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked)
+
+
+@njit(inline="always")
+def score_keys(q, k, b, p, cand, cand_sc, count, scale):
+    """cand_sc[e] = score(q, k, b, p, cand[e], scale) for e < count, the same sums; for d = 3
+    query p's components are read once (the compiler cannot keep them in registers itself:
+    it must assume that storing a score might change q)."""
+    if q.shape[2] == 3:
+        q0 = q[b, p, 0]
+        q1 = q[b, p, 1]
+        q2 = q[b, p, 2]
+        for e in range(count):
+            j = cand[e]
+            acc = float32(0.0)
+            acc += q0 * k[b, j, 0]
+            acc += q1 * k[b, j, 1]
+            acc += q2 * k[b, j, 2]
+            cand_sc[e] = acc * scale
+    else:
+        for e in range(count):
+            cand_sc[e] = score(q, k, b, p, cand[e], scale)
 
 
 @njit(inline="always")

@@ -54,17 +54,20 @@ def _random_search_block(
 
     Per list entry i: read every query's centre, draw all their proposals in one loop over
     the queries (integer hashing, vectorised), score them in another (gathers of keys,
-    which would keep the first loop scalar), then try them on each list in order. A query's
-    proposals around entry i depend only on that centre, read before any of them is tried,
-    as in the per-query version. Entries are only empty (-1) at a list's tail, so a
-    nonempty entry i has counter i * levels + level there too."""
+    which would keep the first loop scalar), then try them on each list in order, skipping
+    the lists that none of them can change. A query's proposals around entry i depend only
+    on that centre, read before any of them is tried, as in the per-query version. Entries
+    are only empty (-1) at a list's tail, so a nonempty entry i has counter
+    i * levels + level there too."""
     n = q.shape[1]
     levels = _search_levels(H, W)
     row0 = b * n + p0
+    inv_w = 1.0 / W
     keys = np.empty(m, np.int64)
     u = np.empty(m, np.int64)
     v = np.empty(m, np.int64)
-    live = np.empty(m, np.bool_)
+    worst = np.empty(m, np.float32)
+    maybe = np.empty(m, np.bool_)
     cand = np.empty((levels, m), np.int32)
     s = np.empty((levels, m), np.float32)
     lid = np.empty((1, kappa), np.int32)  # the list being searched (see the module doc)
@@ -74,10 +77,14 @@ def _random_search_block(
     for i in range(kappa):
         for j in range(m):
             centre = ids[row0 + j, i]
-            live[j] = centre >= 0
-            centre = max(centre, 0)  # an empty entry's draws are never tried
-            u[j] = centre // W
-            v[j] = centre % W
+            # Only a proposal beating the list's worst entry can change a full max list;
+            # other lists (mode, not full) try every proposal. Empty entries try none.
+            worst[j] = sc[row0 + j, kappa - 1] if centre >= 0 else np.inf
+            maybe[j] = centre >= 0 and (mode or ids[row0 + j, kappa - 1] < 0)
+            centre = max(centre, 0)
+            # centre // W without an integer division (exact while H * W < 2^51)
+            u[j] = np.int64((centre + 0.5) * inv_w)
+            v[j] = centre - u[j] * W
         radius = max(H, W)
         for level in range(levels):
             counter = i * levels + level
@@ -85,9 +92,10 @@ def _random_search_block(
                 cand[level, j] = core.search_candidate(keys[j], counter, u[j], v[j], radius, H, W)
             for j in range(m):
                 s[level, j] = core.score(q, k, b, p0 + j, cand[level, j], scale)
+                maybe[j] |= s[level, j] > worst[j]
             radius //= 2
         for j in range(m):
-            if not live[j]:
+            if not maybe[j]:
                 continue
             core.copy_list(ids, sc, row0 + j, lid, lsc, 0, kappa)
             hit = False
@@ -124,11 +132,13 @@ def _patchmatch(
                 b, y = grid_row // H, grid_row % H
                 lid = np.empty((1, kappa), np.int32)  # the new list (see the module doc)
                 lsc = np.empty((1, kappa), np.float32)
+                cand = np.empty(8 * kappa, np.int32)  # a query's proposals and their scores
+                cand_sc = np.empty(8 * kappa, np.float32)
                 for x in range(W):
                     unit = b * n + y * W + x
                     if core.propagate_query(
-                        cur_ids, cur_sc, changed, cur, lid, lsc, 0, q, k, b, y, x,
-                        kappa, jumps[i], mode, L, H, W, scale, since, valid, masked,
+                        cur_ids, cur_sc, changed, cur, lid, lsc, 0, cand, cand_sc, True, q, k,
+                        b, y, x, kappa, jumps[i], mode, L, H, W, scale, since, valid, masked,
                     ):  # fmt: skip
                         changed[1 - cur, unit] = now
                     else:

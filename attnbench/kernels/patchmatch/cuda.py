@@ -77,6 +77,8 @@ def _patchmatch_kernel(
     first, stride = cuda.grid(1), cuda.gridsize(1)
     list_ids = cuda.local.array((1, MAX_KAPPA), int32)
     list_sc = cuda.local.array((1, MAX_KAPPA), float32)
+    unused = cuda.local.array(1, int32)  # proposals are tried one by one (not batched)
+    unused_sc = cuda.local.array(1, float32)
     for unit in range(first, B * n, stride):
         b, p = unit // n, unit % n
         init_query(list_ids, list_sc, 0, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
@@ -91,8 +93,9 @@ def _patchmatch_kernel(
             for unit in range(first, B * n, stride):
                 b, p = unit // n, unit % n
                 if propagate_query(
-                    cur_ids, cur_sc, changed, cur, list_ids, list_sc, 0, q, k, b, p // W, p % W,
-                    kappa, jumps[i], mode, L, H, W, scale, since, valid, masked,
+                    cur_ids, cur_sc, changed, cur, list_ids, list_sc, 0, unused, unused_sc,
+                    False, q, k, b, p // W, p % W, kappa, jumps[i], mode, L, H, W, scale, since,
+                    valid, masked,
                 ):  # fmt: skip
                     changed[1 - cur, unit] = now
                 else:
