@@ -90,10 +90,14 @@ def _random_search_block(
             counter = i * levels + level
             for j in range(m):
                 cand[level, j] = core.search_candidate(keys[j], counter, u[j], v[j], radius, H, W)
-            for j in range(m):
-                s[level, j] = core.score(q, k, b, p0 + j, cand[level, j], scale)
-                maybe[j] |= s[level, j] > worst[j]
             radius //= 2
+        for j in range(m):  # query by query, so that at d = 3 each is read once
+            q0, q1, q2 = core.query3(q, b, p0 + j)
+            beats = False
+            for level in range(levels):
+                s[level, j] = core.score_of(q, k, b, p0 + j, cand[level, j], scale, q0, q1, q2)
+                beats |= s[level, j] > worst[j]
+            maybe[j] |= beats
         for j in range(m):
             if not maybe[j]:
                 continue
