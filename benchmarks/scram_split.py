@@ -5,14 +5,16 @@ vs the window softmax, next to dense sdpa on the same inputs (SCRAM Fig. 4's set
         --csv plots/scram-cpu-split.csv
 
 Each stage is timed on its own with the same inputs; "scram forward" is the whole backend
-call, about PatchMatch plus the window softmax. "init + random search" runs PatchMatch with
-no propagation passes, so propagation costs the difference to "patchmatch T=8".
+call, about PatchMatch plus the window softmax. PatchMatch's init, propagation and random
+search are the pass times stamped inside real T = 8 runs (`cpu.pass_times`): a run with a
+stage left out would build other lists, and so do other work, in the stages it keeps.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -21,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnbench import get_backend
-from attnbench.kernels.patchmatch import dispatch
+from attnbench.kernels.patchmatch import cpu, dispatch
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
 from attnbench.measure.timing import time_call
@@ -34,6 +36,21 @@ def _ms(fn, repeats: int) -> float:
     return time_call(fn, "cpu", repeats, 3).median
 
 
+def _pass_ms(q, k, side: int, kappa: int, repeats: int, T: int = 8, jumps=(8, 4, 2, 1)):
+    """Median ms of PatchMatch's init, propagation and random search within whole runs."""
+    heads, n = q.shape[0], q.shape[1]
+    clock = np.empty(2 + T * (len(jumps) + 1))
+    spent = []
+    for _ in range(repeats + 1):  # the first run compiles or loads the kernel
+        ids = np.empty((heads, n, kappa), np.int32)
+        sc = np.empty((heads, n, kappa), np.float32)
+        changed = np.zeros((2, heads * n), np.int32)
+        fields = (ids, sc, np.empty_like(ids), np.empty_like(sc), changed)
+        cpu.patchmatch(q, k, side, side, kappa, "max", 1, T, jumps, 0, *fields, clock=clock)
+        spent.append(cpu.pass_times(clock, T, len(jumps)))
+    return {stage: 1e3 * float(np.median([s[stage] for s in spent[1:]])) for stage in spent[0]}
+
+
 def stages(side: int, heads: int, d: int, kappa: int, b: int, repeats: int) -> list[dict]:
     """Median ms of each stage at a side x side grid, random inputs as `attnbench time`."""
     n = side * side
@@ -44,14 +61,19 @@ def stages(side: int, heads: int, d: int, kappa: int, b: int, repeats: int) -> l
     grid = (side, side)
     found, _ = dispatch.patchmatch(qf, kf, side, side, kappa)
     rows = {
-        "patchmatch init": lambda: dispatch.patchmatch(qf, kf, side, side, kappa, T=0),
         "patchmatch T=8": lambda: dispatch.patchmatch(qf, kf, side, side, kappa),
-        "init + random search": lambda: dispatch.patchmatch(qf, kf, side, side, kappa, jumps=()),
         "window softmax": lambda: dispatch.window_softmax(qf, kf, vf, found, side, side, b),
         "scram forward": lambda: scram(q, k, v, grid=grid),
         "sdpa forward": lambda: F.scaled_dot_product_attention(q, k, v),
     }
-    return [{"side": side, "n": n, "stage": s, "ms": _ms(fn, repeats)} for s, fn in rows.items()]
+    ms = {s: _ms(fn, repeats) for s, fn in rows.items()}
+    passes = _pass_ms(qf.numpy(), kf.numpy(), side, kappa, repeats)
+    ms = {
+        "patchmatch T=8": ms.pop("patchmatch T=8"),
+        **{f"patchmatch: {stage}": t for stage, t in passes.items()},
+        **ms,
+    }
+    return [{"side": side, "n": n, "stage": s, "ms": t} for s, t in ms.items()]
 
 
 @app.command()

@@ -209,6 +209,36 @@ def test_skipping_unchanged_neighbours_changes_nothing(H, W, T, jumps, inputs):
     assert np.array_equal(runs[0], runs[1])
 
 
+def test_pass_clock_times_a_run_without_changing_it():
+    """Stamping the time after every pass (the split benchmark) leaves the matches alone,
+    and the stage times add up to the run's span."""
+    from attnbench.kernels.patchmatch import cpu
+
+    H, W, T, jumps = 9, 11, 3, (4, 2, 1)
+    q, k = (t.numpy() for t in _random(2, H * W, 3, seed=5)[:2])
+    clock = np.zeros(2 + T * (len(jumps) + 1))
+    runs = []
+    for stamps in (None, clock):
+        out = [np.empty((2, H * W, 4), dt) for dt in (np.int32, np.float32) * 2]
+        changed = np.zeros((2, 2 * H * W), np.int32)
+        cpu.patchmatch(q, k, H, W, 4, "max", 1, T, jumps, 7, *out, changed, clock=stamps)
+        runs.append(out[0].copy())
+    assert np.array_equal(runs[0], runs[1])
+    assert np.all(np.diff(clock) >= 0) and clock[0] > 0
+    spent = cpu.pass_times(clock, T, len(jumps))
+    assert set(spent) == {"init", "propagation", "random search"}
+    assert min(spent.values()) >= 0
+    assert sum(spent.values()) == pytest.approx(clock[-1] - clock[0])
+    with pytest.raises(ValueError, match="clock"):
+        cpu.patchmatch(q, k, H, W, 4, "max", 1, T, jumps, 7, *out, changed, clock=clock[:-1])
+    # Without propagation passes every pass after the init is a random search.
+    search_only = np.zeros(2 + T)
+    cpu.patchmatch(q, k, H, W, 4, "max", 1, T, (), 7, *out, changed, clock=search_only)
+    spent = cpu.pass_times(search_only, T, 0)
+    assert spent["propagation"] == pytest.approx(0.0, abs=1e-9)
+    assert spent["random search"] == pytest.approx(search_only[-1] - search_only[1])
+
+
 @njit
 def _per_query_random_search(q, k, kappa, mode, L, H, W, T, scale, seed, ids, sc, valid, masked):
     """Init and T random searches one query at a time, with the per-query steps the CUDA

@@ -13,6 +13,9 @@ while a fresh array provably overlaps nothing (propagation about 18 % faster at 
 same matches).
 All functions take C-contiguous numpy arrays (float32 / int32) and overwrite their outputs.
 The thread count is numba's (`numba.set_num_threads`).
+Given a `clock` array, a run stamps the time after every pass (`pass_times`): timing the
+stages of one real run, rather than runs with a stage left out, whose lists and so whose
+work differ.
 
 Caution: `cache=True` keys the on-disk cache on this file only, not on `core`, whose
 helpers are inlined here; after editing `core`, delete this package's `__pycache__/cpu.*.nb*`
@@ -21,12 +24,14 @@ helpers are inlined here; after editing `core`, delete this package's `__pycache
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
-from numba import njit, prange
+from numba import njit, objmode, prange
 
 from attnbench.kernels.patchmatch import core
 
-__all__ = ["patchmatch", "window_softmax"]
+__all__ = ["pass_times", "patchmatch", "window_softmax"]
 
 
 # Queries whose random-search proposals are drawn and scored together (`_random_search_block`).
@@ -112,20 +117,32 @@ def _random_search_block(
                 core.copy_list(lid, lsc, 0, ids, sc, row0 + j, kappa)
 
 
+@njit
+def _stamp(clock, i):
+    """clock[i] = time.perf_counter() if clock is not empty (a benchmark's pass timing)."""
+    if clock.shape[0] > 0:
+        with objmode(now="float64"):
+            now = time.perf_counter()
+        clock[i] = now
+
+
 @njit(parallel=True, cache=True)
 def _patchmatch(
     q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed, prune,
-    valid, masked,
+    valid, masked, clock,
 ):  # fmt: skip
     """Run PatchMatch on fields [B*n, kappa] (row = list of query b * n + p); the result
     is in (ids, sc) or, after an odd number of propagation passes, in (ids2, sc2).
     changed [2, B*n]: the last pass that changed each list, double-buffered with them;
-    prune: skip neighbours that offer nothing new (`core.propagate_query`)."""
+    prune: skip neighbours that offer nothing new (`core.propagate_query`); clock: empty,
+    or float64 [2 + T * (len(jumps) + 1)] for the start and the end of every pass."""
     B, n = q.shape[0], q.shape[1]
     J = len(jumps)
+    _stamp(clock, 0)
     for unit in prange(B * n):
         b, p = unit // n, unit % n
         core.init_query(ids, sc, unit, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
+    _stamp(clock, 1)
     cur_ids, cur_sc, nxt_ids, nxt_sc = ids, sc, ids2, sc2
     cur = 0
     for t in range(T):
@@ -150,6 +167,7 @@ def _patchmatch(
                     core.copy_list(lid, lsc, 0, nxt_ids, nxt_sc, unit, kappa)
             cur_ids, cur_sc, nxt_ids, nxt_sc = nxt_ids, nxt_sc, cur_ids, cur_sc
             cur = 1 - cur
+            _stamp(clock, now + 1)
         now = core.pass_number(t, J, J)
         blocks = (n + SEARCH_BLOCK - 1) // SEARCH_BLOCK
         for unit in prange(B * blocks):
@@ -158,6 +176,7 @@ def _patchmatch(
                 cur_ids, cur_sc, changed, cur, now, q, k, b, p0, min(SEARCH_BLOCK, n - p0),
                 kappa, mode, L, H, W, scale, seed, t, valid, masked,
             )  # fmt: skip
+        _stamp(clock, now + 1)
 
 
 @njit(parallel=True, cache=True)
@@ -176,26 +195,47 @@ def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, m
 
 def patchmatch(
     q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, tmp_ids, tmp_sc, changed,
-    valid=None, prune=True,
+    valid=None, prune=True, clock=None,
 ):  # fmt: skip
     """Top-kappa matches int32 [B, n, kappa] (best first, -1 = none) and their float32
     scores of queries q against keys k, both [B, H*W, d], written into matches / scores;
     tmp_ids / tmp_sc (same shapes) are the second buffer of the propagation passes and
     changed int32 [2, B*n], zeroed, the pass that last changed each list. valid: None or
     uint8 [B, n], 0 for keys no query may match. prune=False retries every neighbour, to
-    check that skipping changes nothing."""
+    check that skipping changes nothing. clock: None, or float64 [2 + T * (len(jumps) + 1)],
+    filled with `time.perf_counter()` at the start and after each pass (`pass_times`)."""
     mode = core.check_patchmatch(q, k, H, W, kappa, variant, L, T, jumps)
     jumps = np.asarray(jumps, dtype=np.int64)
     scale = np.float32(1.0 / np.sqrt(q.shape[2]))
     rows = q.shape[0] * q.shape[1]
     fields = [a.reshape(rows, kappa) for a in (matches, scores, tmp_ids, tmp_sc)]
     valid, masked = core.key_validity(valid, q)
+    passes = 2 + T * (len(jumps) + 1)
+    if clock is None:
+        clock = np.empty(0, np.float64)
+    elif clock.shape != (passes,) or clock.dtype != np.float64:
+        raise ValueError(f"clock must be float64 [{passes}], got {clock.dtype} {clock.shape}")
     _patchmatch(
-        q, k, kappa, mode, L, H, W, T, jumps, scale, seed, *fields, changed, prune, valid, masked
-    )
+        q, k, kappa, mode, L, H, W, T, jumps, scale, seed, *fields, changed, prune, valid, masked,
+        clock,
+    )  # fmt: skip
     if (T * len(jumps)) % 2 == 1:
         matches[...] = tmp_ids
         scores[...] = tmp_sc
+
+
+def pass_times(clock, T: int, J: int) -> dict[str, float]:
+    """Seconds that a run stamped into `clock` (T iterations of J propagation passes) spent
+    in its init, its propagation passes and its random searches."""
+    spent = np.diff(clock)  # spent[p]: pass p, numbered as in `core.pass_number`
+    search = [core.pass_number(t, J, J) for t in range(T)]
+    init = float(spent[0])
+    random_search = float(spent[search].sum())
+    return {
+        "init": init,
+        "propagation": float(spent.sum()) - init - random_search,
+        "random search": random_search,
+    }
 
 
 def window_softmax(q, k, v, matches, H, W, b, out, counts, valid=None):
