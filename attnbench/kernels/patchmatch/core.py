@@ -12,6 +12,11 @@ find fewer than kappa modes). Lists are addressed by row rather than passed as 1
 so that CPU `prange` bodies make no array views (each one updates the parent array's shared,
 atomic reference count); CUDA threads pass a (1, MAX_KAPPA) local array and r = 0.
 Indices are int32, so H * W < 2^31.
+Hot indices computed from data (a key read from a list, a row, a proposal count) are cast
+to uint64 (`at`) before indexing: numba wraps a negative signed index around the axis, a
+compare and add per access that the compiler cannot drop for a value it cannot prove
+non-negative; an unsigned one needs none (CPU PatchMatch at 128x128 about 12 % faster, same
+matches). Every such index is non-negative by construction.
 
 Masks: `valid` uint8 [B, n] marks the keys that may be attended (the backend's token mask,
 repeated over heads); with `masked` False it is never read, so unmasked runs pay one
@@ -88,6 +93,12 @@ def rand_pair(key, counter, m1, m2):
 
 
 @njit(inline="always")
+def at(i):
+    """Index i (>= 0) as uint64, so that numba indexes without wrapping negatives around."""
+    return uint64(i)
+
+
+@njit(inline="always")
 def score(q, k, b, p, j, scale):
     """s(p, j) = <q_p, k_j> * scale, summed in fp32 over c = 0 .. d-1 in order. d = 3 (the
     seed's image setting) is spelled out: the same sums, without a loop whose trip count
@@ -105,10 +116,11 @@ def score3(q0, q1, q2, k, b, j, scale):
     """`score` at d = 3 for a query whose components the caller has read once (q0, q1, q2):
     the compiler cannot keep them in registers itself across stores it cannot prove leave
     q alone."""
+    u = at(j)
     acc = float32(0.0)
-    acc += q0 * k[b, j, 0]
-    acc += q1 * k[b, j, 1]
-    acc += q2 * k[b, j, 2]
+    acc += q0 * k[b, u, 0]
+    acc += q1 * k[b, u, 1]
+    acc += q2 * k[b, u, 2]
     return acc * scale
 
 
@@ -116,7 +128,8 @@ def score3(q0, q1, q2, k, b, j, scale):
 def query3(q, b, p):
     """Query p's components at d = 3 (zeros otherwise), read once for `score_of`."""
     if q.shape[2] == 3:
-        return q[b, p, 0], q[b, p, 1], q[b, p, 2]
+        u = at(p)
+        return q[b, u, 0], q[b, u, 1], q[b, u, 2]
     return float32(0.0), float32(0.0), float32(0.0)
 
 
@@ -154,9 +167,10 @@ def contains(ids, r, kappa, j):
 @njit(inline="always")
 def copy_list(src_ids, src_sc, src_row, dst_ids, dst_sc, dst_row, kappa):
     """Copy list src_row of (src_ids, src_sc) into list dst_row of (dst_ids, dst_sc)."""
+    src, dst = at(src_row), at(dst_row)
     for i in range(kappa):
-        dst_ids[dst_row, i] = src_ids[src_row, i]
-        dst_sc[dst_row, i] = src_sc[src_row, i]
+        dst_ids[dst, i] = src_ids[src, i]
+        dst_sc[dst, i] = src_sc[src, i]
 
 
 @njit(inline="always")
@@ -293,7 +307,7 @@ def propagate_query(
         nx = x + dx
         if ny < 0 or ny >= H or nx < 0 or nx >= W:
             continue
-        neighbour = b * n + ny * W + nx
+        neighbour = at(b * n + ny * W + nx)
         if changed_at[old, neighbour] < since:
             continue
         for i in range(kappa):
@@ -324,7 +338,7 @@ def propose(ids, sc, r, cand, count, batched, j, q, k, b, p, kappa, mode, L, W, 
     """Propagation's proposal j: appended to cand (batched; returns (count + 1, False)) or
     tried on list r now (returns (count, whether the list changed))."""
     if batched:
-        cand[count] = j
+        cand[at(count)] = j
         return count + 1, False
     return count, consider(ids, sc, r, kappa, j, q, k, b, p, scale, mode, L, W, valid, masked)
 
@@ -456,9 +470,10 @@ def window_softmax_query(
                     w = float32(math.exp(score_of(q, k, b, p, j, scale, q0, q1, q2) - best))
                     total += w
                     if v.shape[2] == 3:
-                        o0 += w * v[b, j, 0]
-                        o1 += w * v[b, j, 1]
-                        o2 += w * v[b, j, 2]
+                        u = at(j)
+                        o0 += w * v[b, u, 0]
+                        o1 += w * v[b, u, 1]
+                        o2 += w * v[b, u, 2]
                     else:
                         for c in range(v.shape[2]):
                             out[b, p, c] += w * v[b, j, c]

@@ -81,11 +81,12 @@ def _random_search_block(
         keys[j] = core.rng_key(seed, b, p0 + j, core.INIT_STREAM + 1 + t)
     for i in range(kappa):
         for j in range(m):
-            centre = ids[row0 + j, i]
+            row = core.at(row0 + j)
+            centre = ids[row, i]
             # Only a proposal beating the list's worst entry can change a full max list;
             # other lists (mode, not full) try every proposal. Empty entries try none.
-            worst[j] = sc[row0 + j, kappa - 1] if centre >= 0 else np.inf
-            maybe[j] = centre >= 0 and (mode or ids[row0 + j, kappa - 1] < 0)
+            worst[j] = sc[row, kappa - 1] if centre >= 0 else np.inf
+            maybe[j] = centre >= 0 and (mode or ids[row, kappa - 1] < 0)
             centre = max(centre, 0)
             # centre // W without an integer division (exact while H * W < 2^51)
             u[j] = np.int64((centre + 0.5) * inv_w)
