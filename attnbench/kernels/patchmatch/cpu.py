@@ -58,12 +58,13 @@ def _random_search_block(
     proposals tried in the same order on each list, so the result is bit-identical.
 
     Per list entry i: read every query's centre, draw all their proposals in one loop over
-    the queries (integer hashing, vectorised), score them in another (gathers of keys,
-    which would keep the first loop scalar), then try them on each list in order, skipping
-    the lists that none of them can change. A query's proposals around entry i depend only
-    on that centre, read before any of them is tried, as in the per-query version. Entries
-    are only empty (-1) at a list's tail, so a nonempty entry i has counter
-    i * levels + level there too."""
+    the queries (integer hashing, vectorised), score them in another (gathers of keys, which
+    would keep the first loop scalar), then try them on each list in order, skipping the
+    lists that none of them can change (none beats a full max list's worst entry, or only
+    the centre does; random search 20.8 -> 19.6 ms at 128x128 in whole runs). A query's
+    proposals around entry i depend only on that centre, read before any of them is tried,
+    as in the per-query version. Entries are only empty (-1) at a list's tail, so a nonempty
+    entry i has counter i * levels + level there too."""
     n = q.shape[1]
     levels = _search_levels(H, W)
     row0 = b * n + p0
@@ -99,10 +100,13 @@ def _random_search_block(
             radius //= 2
         for j in range(m):  # query by query, so that at d = 3 each is read once
             q0, q1, q2 = core.query3(q, b, p0 + j)
+            # The centre itself is listed, so drawing it changes nothing: the radius-1
+            # window holds it with odds 1/9, and most full lists tried would only find it.
+            centre = u[j] * W + v[j]
             beats = False
             for level in range(levels):
                 s[level, j] = core.score_of(q, k, b, p0 + j, cand[level, j], scale, q0, q1, q2)
-                beats |= s[level, j] > worst[j]
+                beats |= (s[level, j] > worst[j]) & (cand[level, j] != centre)
             maybe[j] |= beats
         for j in range(m):
             if not maybe[j]:
