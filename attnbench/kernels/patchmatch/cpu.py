@@ -100,8 +100,8 @@ def _random_search_block(
             radius //= 2
         for j in range(m):  # query by query, so that at d = 3 each is read once
             q0, q1, q2 = core.query3(q, b, p0 + j)
-            # The centre itself is listed, so drawing it changes nothing: the radius-1
-            # window holds it with odds 1/9, and most full lists tried would only find it.
+            # The centre itself is listed, so drawing it changes nothing (the radius-1
+            # window holds it with odds 1/9): it does not make a list worth trying.
             centre = u[j] * W + v[j]
             beats = False
             for level in range(levels):
