@@ -186,16 +186,20 @@ def _patchmatch(
 
 @njit(parallel=True, cache=True)
 def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, masked):
-    """One work unit per grid row of a batch entry, with its own coordinate scratch."""
+    """One work unit per grid row of a batch entry, with its own scratch: the matches'
+    coordinates and the keys of one query's windows with their scores."""
     B, kappa = q.shape[0], matches.shape[2]
     for unit in prange(B * H):
         b, y = unit // H, unit % H
         my = np.empty((1, kappa), np.int32)
         mx = np.empty((1, kappa), np.int32)
+        keys = np.empty((1, kappa * (2 * radius + 1) ** 2), np.int32)  # a query's keys
+        key_sc = np.empty((1, kappa * (2 * radius + 1) ** 2), np.float32)
         for p in range(y * W, (y + 1) * W):
             counts[b, p] = core.window_softmax_query(
-                q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked
-            )
+                q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked,
+                keys, key_sc, True,
+            )  # fmt: skip
 
 
 def patchmatch(

@@ -127,8 +127,9 @@ def _window_softmax_kernel(q, k, v, matches, H, W, radius, scale, out, counts, v
         my = cuda.local.array((1, MAX_KAPPA), int32)
         mx = cuda.local.array((1, MAX_KAPPA), int32)
         counts[b, p] = window_softmax_query(
-            q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked
-        )
+            q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked, my,
+            out[b], False,
+        )  # fmt: skip
 
 
 _F3, _I3 = float32[:, :, ::1], int32[:, :, ::1]
