@@ -83,6 +83,26 @@ def test_window_softmax_is_stable_for_large_scores():
     assert torch.isfinite(out).all()
 
 
+@njit
+def _exp_shifted(x, best):
+    sc = x.reshape(1, -1).copy()
+    bits = np.empty(sc.shape, np.int32)
+    core.exp_shifted(sc, bits, bits.view(np.float32), 0, sc.shape[1], best)
+    return sc[0]
+
+
+@pytest.mark.parametrize("best", [0.0, 5.5])
+def test_cpu_window_softmax_exp_is_within_a_few_ulps_of_exp(best):
+    x = np.concatenate([np.linspace(-87, 0, 20001), [-1e-6, -87.5, -1e4]]).astype(np.float32)
+    got = _exp_shifted(x + np.float32(best), np.float32(best))
+    shifted = (x + np.float32(best)).astype(np.float64) - best  # the argument it was given
+    want = np.exp(shifted)
+    kept = shifted >= -87
+    np.testing.assert_allclose(got[kept], want[kept], rtol=5e-7, atol=0)
+    assert got[x == 0] == 1.0  # the best key weighs exactly 1
+    assert ((got[~kept] > 0) & (got[~kept] < 2e-38)).all()
+
+
 # --- PatchMatch ----------------------------------------------------------------------
 
 

@@ -187,7 +187,7 @@ def _patchmatch(
 @njit(parallel=True, cache=True)
 def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, masked):
     """One work unit per grid row of a batch entry, with its own scratch: the matches'
-    coordinates and the keys of one query's windows with their scores."""
+    coordinates, and the keys of one query's windows with their scores and exponentials."""
     B, kappa = q.shape[0], matches.shape[2]
     for unit in prange(B * H):
         b, y = unit // H, unit % H
@@ -195,10 +195,12 @@ def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, m
         mx = np.empty((1, kappa), np.int32)
         keys = np.empty((1, kappa * (2 * radius + 1) ** 2), np.int32)  # a query's keys
         key_sc = np.empty((1, kappa * (2 * radius + 1) ** 2), np.float32)
+        exp_bits = np.empty((1, kappa * (2 * radius + 1) ** 2), np.int32)
+        exp_scale = exp_bits.view(np.float32)
         for p in range(y * W, (y + 1) * W):
             counts[b, p] = core.window_softmax_query(
                 q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked,
-                keys, key_sc, True,
+                keys, key_sc, True, exp_bits, exp_scale,
             )  # fmt: skip
 
 

@@ -128,7 +128,7 @@ def _window_softmax_kernel(q, k, v, matches, H, W, radius, scale, out, counts, v
         mx = cuda.local.array((1, MAX_KAPPA), int32)
         counts[b, p] = window_softmax_query(
             q, k, v, matches, my, mx, 0, b, p, H, W, radius, scale, out, valid, masked, my,
-            out[b], False,
+            out[b], False, my, out[b],
         )  # fmt: skip
 
 
