@@ -193,9 +193,10 @@ def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, m
         b, y = unit // H, unit % H
         my = np.empty((1, kappa), np.int32)
         mx = np.empty((1, kappa), np.int32)
-        keys = np.empty((1, kappa * (2 * radius + 1) ** 2), np.int32)  # a query's keys
-        key_sc = np.empty((1, kappa * (2 * radius + 1) ** 2), np.float32)
-        exp_bits = np.empty((1, kappa * (2 * radius + 1) ** 2), np.int32)
+        most = kappa * (2 * radius + 1) ** 2  # keys in one query's windows
+        keys = np.empty((1, most), np.int32)
+        key_sc = np.empty((1, most), np.float32)
+        exp_bits = np.empty((1, most), np.int32)
         exp_scale = exp_bits.view(np.float32)
         for p in range(y * W, (y + 1) * W):
             counts[b, p] = core.window_softmax_query(
