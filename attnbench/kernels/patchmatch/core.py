@@ -421,12 +421,15 @@ def skip_since(t, i, jumps_per_iteration, mode):
 
 
 @njit(inline="always")
-def in_earlier_window(matches, my, mx, r, b, p, e, y, x, radius):
-    """True if pixel (y, x) lies in the window of a match before the e-th: counted there."""
+def counted_here(matches, my, mx, r, b, p, e, y, x, W, radius, valid, masked):
+    """True if key (y, x) of the e-th match's window enters the softmax there: it is not
+    masked out, and no earlier match's window holds it (it would be counted twice)."""
+    if masked and valid[b, y * W + x] == 0:
+        return False
     for f in range(e):
         if matches[b, p, f] >= 0 and abs(my[r, f] - y) <= radius and abs(mx[r, f] - x) <= radius:
-            return True
-    return False
+            return False
+    return True
 
 
 @njit(inline="always")
@@ -467,9 +470,7 @@ def window_softmax_query(
         for y in range(max(my[r, e] - radius, 0), min(my[r, e] + radius, H - 1) + 1):
             for x in range(max(mx[r, e] - radius, 0), min(mx[r, e] + radius, W - 1) + 1):
                 j = y * W + x
-                if not in_earlier_window(matches, my, mx, r, b, p, e, y, x, radius) and (
-                    not masked or valid[b, j] != 0
-                ):
+                if counted_here(matches, my, mx, r, b, p, e, y, x, W, radius, valid, masked):
                     s = score_of(q, k, b, p, j, scale, q0, q1, q2)
                     if buffered:
                         keys[r, count] = j
@@ -493,9 +494,7 @@ def window_softmax_query(
             for y in range(max(my[r, e] - radius, 0), min(my[r, e] + radius, H - 1) + 1):
                 for x in range(max(mx[r, e] - radius, 0), min(mx[r, e] + radius, W - 1) + 1):
                     j = y * W + x
-                    if not in_earlier_window(matches, my, mx, r, b, p, e, y, x, radius) and (
-                        not masked or valid[b, j] != 0
-                    ):
+                    if counted_here(matches, my, mx, r, b, p, e, y, x, W, radius, valid, masked):
                         s = score_of(q, k, b, p, j, scale, q0, q1, q2)
                         w = float32(math.exp(s - best))
                         total, o = add_weighted(v, out, b, p, j, w, total, o)
