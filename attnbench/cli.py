@@ -160,10 +160,13 @@ def time_cmd(
     dtype: str = typer.Option("float32", help="float32, float64, float16 or bfloat16"),
     device: str = typer.Option("auto", help="auto, cpu or cuda"),
     backends: str = typer.Option(DEFAULT_TIME_BACKENDS, help="comma list of backend specs"),
+    inputs: str = typer.Option(
+        "random", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
+    ),
     mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
     repeats: int = typer.Option(10, help="timed samples per case"),
     warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
-    seed: int = typer.Option(0, help="seed of the random inputs"),
+    seed: int = typer.Option(0, help="seed of the generated inputs"),
     threads: int = typer.Option(None, help="CPU threads for torch and numba (default: torch's)"),
     baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
     csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
@@ -176,13 +179,19 @@ def time_cmd(
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
+    seqs = parse_sizes("4096" if seq is None else seq, "--seq") if grids is None else []
+    batch = positive(batch, "--batch")
+    heads = positive(heads, "--heads")
+    dim = positive(dim, "--dim")
     spec = TimeSpec(
-        seqs=parse_sizes("4096" if seq is None else seq, "--seq") if grids is None else [],
+        seqs=seqs,
         grids=grids,
         backends=parse_backends(backends),
-        batch=positive(batch, "--batch"),
-        heads=positive(heads, "--heads"),
-        dim=positive(dim, "--dim"),
+        batch=batch,
+        heads=heads,
+        dim=dim,
+        # an image is repeated over batch and heads
+        inputs=_inputs(inputs, batch, heads, dim, seqs, grids),
         dtype=parse_dtype(dtype),
         device=resolve_device(device),
         mode=mode,
@@ -276,14 +285,11 @@ def error_cmd(
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
     seqs = parse_sizes("64..4096" if seq is None else seq, "--seq") if grids is None else []
-    # a file's own shape replaces batch, heads and dim; images have one head
-    source = Inputs(
-        inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim")
-    )
-    if source.on_grid and grids is None:
-        raise UsageError(f"--inputs {inputs} is an image: give its size with --grid HxW")
-    if grids is None:
-        source.check_lengths(seqs)
+    # images have one head
+    source = _inputs(
+        inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim"),
+        seqs, grids,
+    )  # fmt: skip
     spec = ErrorSpec(
         seqs=seqs,
         grids=grids,
@@ -302,6 +308,19 @@ def error_cmd(
     _run_study(partial(run_error, spec), spec.steps, sink)
     console.print(_error_table(sink.rows))
     _finish(sink, plot)
+
+
+def _inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids) -> Inputs:
+    """The --inputs source, checked against the lengths; a file's own shape replaces batch,
+    heads and dim."""
+    source = Inputs(kind, batch, heads, dim)
+    if source.on_grid and grids is None:
+        raise UsageError(f"--inputs {kind} is an image: give its size with --grid HxW")
+    if grids is None:
+        source.check_lengths(seqs)
+    else:
+        source.check_lengths([h * w for h, w in grids], "--grid")
+    return source
 
 
 @app.command("plot")

@@ -118,10 +118,10 @@ class Inputs:
     def label(self) -> str:
         return self.kind if self.data is None else Path(self.kind).name
 
-    def check_lengths(self, seqs: list[int]) -> None:
+    def check_lengths(self, seqs: list[int], option: str = "--seq") -> None:
         if self.data is not None and max(seqs) > self.max_n:
             raise UsageError(
-                f"--seq: {max(seqs)} is longer than the {self.max_n} tokens in {self.label}"
+                f"{option}: {max(seqs)} is longer than the {self.max_n} tokens in {self.label}"
             )
 
     def make(

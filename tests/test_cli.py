@@ -337,6 +337,19 @@ BAD_INPUTS = [
     _case("inputs-inf", [*ERROR, "--inputs", "inf.npz"], "inf"),
     _case("inputs-missing-file", [*ERROR, "--inputs", "nope.npz"], "nope.npz"),
     _case("inputs-shorter-than-seq", [*ERROR, "--inputs", "short.npz", "--seq", "32"], "--seq"),
+    _case("time-inputs-shorter-than-seq", [*TIME, "--inputs", "short.npz"], "--seq"),
+    _case(
+        "time-inputs-shorter-than-grid",
+        [*TIME[:1], "--grid", "4x8", *TIME[3:], "--inputs", "short.npz"],
+        "--grid",
+    ),
+    _case("time-image-without-grid", [*TIME, "--inputs", "blobs"], "--grid HxW"),
+    _case(
+        "time-unknown-image",
+        [*TIME[:1], "--grid", "8x8", *TIME[3:], "--inputs", "image:nope"],
+        "unknown image",
+    ),
+    _case("time-inputs-missing-file", [*TIME, "--inputs", "nope.npz"], "nope.npz"),
     _case("plot-missing-file", ["plot", "nope.csv", "--out", "fig.png"], "nope.csv"),
     _case("plot-not-a-result-file", ["plot", "notes.csv", "--out", "fig.png"], "notes.csv"),
     _case("batch-not-an-integer", [*TIME, "--batch", "x"], "--batch"),
@@ -615,6 +628,35 @@ def test_time_on_image_grids(tmp_path):
         (64, "random 8x8"),
     ]
     assert (df["status"] == "ok").all() and plot.exists()
+
+
+@pytest.mark.parametrize("source", ["blobs", "image:camera"])
+def test_time_on_a_picture_repeats_it_over_batch_and_heads(tmp_path, source):
+    csv = tmp_path / "g.csv"
+    result = invoke(
+        "time", "--grid", "8x12", "--inputs", source, "--backends", "sdpa,scram:kappa=2,b=1",
+        "--repeats", "2", "--warmup", "1", "--batch", "2", "--heads", "3", "--dim", "3",
+        "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["inputs"] == f"{source} 8x12").all() and (df["seq"] == 96).all()
+    assert (df["batch"] == 2).all() and (df["heads"] == 3).all() and (df["dim"] == 3).all()
+    assert (df["status"] == "ok").all()
+    assert set(df["backend"].str.split(":").str[0]) == {"sdpa", "scram"}
+
+
+def test_time_reads_inputs_from_a_file(tmp_path):
+    path = save_qkv(tmp_path / "qkv.npz", (2, 3, 16, 4))
+    csv = tmp_path / "r.csv"
+    result = invoke(
+        "time", "--inputs", path, "--seq", "8,16", "--backends", "sdpa", "--repeats", "2",
+        "--warmup", "0", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["inputs"] == "qkv.npz").all() and sorted(set(df["seq"])) == [8, 16]
+    assert (df["batch"] == 2).all() and (df["heads"] == 3).all() and (df["dim"] == 4).all()
 
 
 def test_time_refuses_seq_and_grid_together(tmp_path):

@@ -4,7 +4,9 @@ import torch
 
 from attnbench import get_backend
 from attnbench.backends import Backend
+from attnbench.images import grid_qkv
 from attnbench.inputs import Inputs
+from attnbench.studies import time as time_study
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.time import TimeSpec, run_time
 
@@ -72,3 +74,14 @@ def test_error_study_is_reproducible_and_complete():
     assert all(r.count == 2 and len(r.samples.split()) == 2 for r in yoso)
     sdpa = {r.metric: r.value for r in first if r.backend == "sdpa" and r.seq == 32}
     assert sdpa["radian_vs_softmax"] < 1e-5 and sdpa["rel_frobenius_vs_softmax"] < 1e-5
+
+
+def test_time_repeats_a_picture_over_batch_and_heads():
+    spec = TimeSpec(
+        seqs=[], grids=[(6, 5)], backends=[], batch=2, heads=3, dim=3,
+        inputs=Inputs("blobs", 2, 3, 3),
+    )  # fmt: skip
+    picture = grid_qkv("blobs", 6, 5, 3, spec.seed)
+    for got, want in zip(time_study._make_inputs(spec, 30, (6, 5)), picture, strict=True):
+        assert got.shape == (2, 3, 30, want.shape[-1]) and got.is_contiguous()
+        assert torch.equal(got, want.expand_as(got))

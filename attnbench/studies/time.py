@@ -2,6 +2,9 @@
 
 One case is one backend at one length. Inputs are made once per length, outside every
 timed region, and shared by all backends; each case yields its rows as soon as it ends.
+Most backends take the same time on any inputs; a searching one (scram) does not, since
+PatchMatch stops retrying lists that have settled, which happens early on a coherent image
+and late on random vectors: `inputs` picks what to time on.
 """
 
 from __future__ import annotations
@@ -38,10 +41,15 @@ class TimeSpec:
     warmup: int = 10
     seed: int = 0
     grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
+    inputs: Inputs | None = None  # None: random; a file's shape sets batch, heads and dim
 
     def __post_init__(self):
         if self.grids:
             self.seqs = [h * w for h, w in self.grids]
+        if self.inputs is None:
+            self.inputs = Inputs("random", self.batch, self.heads, self.dim)
+        elif self.inputs.data is not None:
+            self.batch, self.heads, self.dim = self.inputs.batch, self.inputs.heads, self.inputs.dim
 
     def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
         """(n, grid) of every length: grid None for a 1-D sequence."""
@@ -56,7 +64,6 @@ def run_time(
     spec: TimeSpec, on_case: Callable[[str], None] = lambda _: None
 ) -> Iterator[list[Row]]:
     """Yield the rows of each finished case, one case at a time."""
-    source = Inputs("random", spec.batch, spec.heads, spec.dim)
     for n, grid in spec.layouts():
         qkv = None
         for backend in spec.backends:
@@ -67,7 +74,7 @@ def run_time(
                 yield [row("time_ms", unit="ms", status="skipped", reason=reason)]
                 continue
             if qkv is None:
-                qkv = source.make(n, spec.seed, spec.dtype, spec.device)
+                qkv = _make_inputs(spec, n, grid)
             try:
                 call = _timed_call(partial(backend, grid=grid), qkv, spec.mode)
                 timing = time_call(call, spec.device, spec.repeats, spec.warmup)
@@ -110,6 +117,14 @@ def run_time(
             ]
 
 
+def _make_inputs(spec: TimeSpec, n: int, grid) -> list[torch.Tensor]:
+    """q, k, v of one length; an image (one picture) is repeated over batch and heads."""
+    qkv = spec.inputs.make(n, spec.seed, spec.dtype, spec.device, grid)
+    if spec.inputs.on_grid:
+        qkv = [t.expand(spec.batch, spec.heads, -1, -1).contiguous() for t in qkv]
+    return qkv
+
+
 def _row(spec: TimeSpec, backend: Backend, n: int, grid, metric: str, **fields) -> Row:
     return Row(
         study="time",
@@ -118,7 +133,7 @@ def _row(spec: TimeSpec, backend: Backend, n: int, grid, metric: str, **fields) 
         device=spec.device,
         dtype=str(spec.dtype).removeprefix("torch."),
         mode=spec.mode,
-        inputs="random" if grid is None else f"random {grid[0]}x{grid[1]}",
+        inputs=spec.inputs.label if grid is None else f"{spec.inputs.label} {grid[0]}x{grid[1]}",
         batch=spec.batch,
         heads=spec.heads,
         seq=n,
