@@ -62,8 +62,13 @@ def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
         if col in rows:
             rows[col] = pd.to_numeric(rows[col], errors="coerce")
     if "inputs" in rows:
-        # "random 128x128": the grid is the x axis (n = H*W), not a case of its own
-        rows["inputs"] = rows["inputs"].astype(str).str.replace(GRID_SUFFIX, " image", regex=True)
+        # "random 128x128": the grid is the x axis (n = H*W), not a case of its own; a
+        # picture's name already says it is an image
+        inputs = rows["inputs"].astype(str)
+        picture = inputs.str.startswith(("blobs", "image:"))
+        rows["inputs"] = inputs.str.replace(GRID_SUFFIX, "", regex=True).where(
+            picture, inputs.str.replace(GRID_SUFFIX, " image", regex=True)
+        )
     return rows.dropna(subset=["value", "seq"])
 
 

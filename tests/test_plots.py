@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.plots import PLOT_SUFFIXES, plot_results
+from attnbench.plots import PLOT_SUFFIXES, _case_parts, _ok_rows, plot_results
 from attnbench.results import Row, read_rows, rows_frame
 
 SEQS = (256, 512, 1024)
@@ -156,3 +156,19 @@ def test_legend_uses_the_registry_short_label():
     spec = "yoso:m=32,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"
     labels, _ = _short_labels([spec, "sdpa", "not-a-backend:x=1"])
     assert labels == {spec: "yoso-32", "sdpa": "sdpa", "not-a-backend:x=1": "not-a-backend:x=1"}
+
+
+@pytest.mark.parametrize(
+    ("inputs", "title"),
+    [("random 16x16", "random image inputs"), ("image:camera 16x16", "image:camera inputs")],
+)
+def test_grid_inputs_in_the_title_without_their_size(inputs, title):
+    """The grid is the x axis, not a case: one title part however many sizes there are."""
+    rows = rows_frame(
+        [
+            _row("time", "sdpa", n, "time_ms", 1.0, inputs=inputs.replace("16x16", f"{h}x{h}"))
+            for n, h in ((256, 16), (1024, 32))
+        ]  # fmt: skip
+    )
+    parts, varying = _case_parts(_ok_rows(rows))
+    assert title in parts and "inputs" not in varying
