@@ -3,6 +3,8 @@ vs the window softmax, next to dense sdpa on the same inputs (SCRAM Fig. 4's set
 
     python benchmarks/scram_split.py --grid 32 --grid 64 --grid 128 --grid 256 \\
         --csv plots/scram-cpu-split.csv
+    python benchmarks/scram_split.py --grid 128 --inputs image:camera \\
+        --csv plots/scram-cpu-split-camera.csv
 
 Each stage is timed on its own with the same inputs; "scram forward" is the whole backend
 call, about PatchMatch plus the window softmax. PatchMatch's init, propagation and random
@@ -23,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnbench import get_backend
+from attnbench.inputs import Inputs
 from attnbench.kernels.patchmatch import cpu, dispatch
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
@@ -51,12 +54,16 @@ def _pass_ms(q, k, side: int, kappa: int, repeats: int, T: int = 8, jumps=(8, 4,
     return {stage: 1e3 * float(np.median([s[stage] for s in spent[1:]])) for stage in spent[0]}
 
 
-def stages(side: int, heads: int, d: int, kappa: int, b: int, repeats: int) -> list[dict]:
-    """Median ms of each stage at a side x side grid, random inputs as `attnbench time`."""
+def stages(
+    side: int, heads: int, d: int, kappa: int, b: int, repeats: int, inputs: str
+) -> list[dict]:
+    """Median ms of each stage at a side x side grid, on inputs made as `attnbench time`
+    makes them (seed 0; a picture repeated over the heads)."""
     n = side * side
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, heads, n, d, generator=gen) for _ in range(3))
-    qf, kf, vf = (t.reshape(heads, n, d) for t in (q, k, v))
+    source = Inputs(inputs, 1, heads, d)
+    q, k, v = source.make(n, 0, torch.float32, "cpu", (side, side))
+    q, k, v = (t.expand(1, heads, -1, -1).contiguous() for t in (q, k, v))
+    qf, kf, vf = (t.reshape(heads, n, t.shape[-1]) for t in (q, k, v))
     scram = get_backend(f"scram:kappa={kappa},b={b}")
     grid = (side, side)
     found, _ = dispatch.patchmatch(qf, kf, side, side, kappa)
@@ -84,12 +91,13 @@ def main(
     kappa: int = 4,
     b: int = 1,
     repeats: int = 5,
+    inputs: str = typer.Option("random", help="random, blobs or image:NAME"),
     threads: int = typer.Option(None, min=1, help="CPU threads for torch and numba"),
     csv: Path = typer.Option(None, help="write the table here"),
 ) -> None:
     set_threads(threads)
     steady_allocator()
-    records = [row for side in grid for row in stages(side, heads, dim, kappa, b, repeats)]
+    records = [row for side in grid for row in stages(side, heads, dim, kappa, b, repeats, inputs)]
     df = pd.DataFrame(records)
     forward = df[df["stage"] == "scram forward"].set_index("n")["ms"]
     df["share_of_scram"] = df["ms"] / df["n"].map(forward)
@@ -105,7 +113,9 @@ def main(
             f"{r.share_of_scram:.2f}",
             f"{r.us_per_query:.2f}",
         )
-    Console().print(f"{torch.get_num_threads()} threads, {heads} heads, d={dim}, kappa={kappa}")
+    Console().print(
+        f"{inputs} inputs, {torch.get_num_threads()} threads, {heads} heads, d={dim}, kappa={kappa}"
+    )
     Console().print(table)
     if csv:
         atomic_write(csv, df.to_csv(index=False))
