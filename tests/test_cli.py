@@ -256,25 +256,39 @@ def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, source, out):
     ],
 )
 def test_error_study_reads_inputs_from_a_file(tmp_path, name, shape, batch, heads):
-    path = save_qkv(tmp_path / name, shape)
-    csv = tmp_path / "r.csv"
-    result = invoke(
-        "error", "--inputs", path, "--seq", "8,16", "--hashes", "8", "--trials", "2",
-        "--backends", "yoso-e", "--csv", csv,
-    )  # fmt: skip
-    assert_ok(result)
-    df = pd.read_csv(csv)
-    assert (df["inputs"] == name).all()
+    df = _rows_on_file_inputs(
+        tmp_path, name, shape, "error", "--hashes", "8", "--trials", "2", "--backends", "yoso-e"
+    )
     assert (df["batch"] == batch).all() and (df["heads"] == heads).all()
-    assert (df["dim"] == 4).all() and sorted(set(df["seq"])) == [8, 16]
 
     # The file's own numbers were used: recompute yoso-e's error against softmax from it.
-    full = [torch.as_tensor(t).reshape(batch, heads, 16, 4) for t in _load(path)]
+    full = [torch.as_tensor(t).reshape(batch, heads, 16, 4) for t in _load(tmp_path / name)]
     for n in (8, 16):
         q, k, v = (t[:, :, :n] for t in full)
         expected = mean_radian(get_backend("yoso-e")(q, k, v), exact_softmax(q, k, v))
         row = df[(df["seq"] == n) & (df["metric"] == "radian_vs_softmax")]
         assert row["value"].tolist() == pytest.approx([expected], abs=1e-6)
+
+
+def test_time_reads_inputs_from_a_file(tmp_path):
+    df = _rows_on_file_inputs(
+        tmp_path, "qkv.npz", (2, 3, 16, 4), "time", "--backends", "sdpa", "--repeats", "2",
+        "--warmup", "0",
+    )  # fmt: skip
+    assert (df["batch"] == 2).all() and (df["heads"] == 3).all()
+
+
+def _rows_on_file_inputs(tmp_path, name, shape, *args) -> pd.DataFrame:
+    """A study's rows on q, k, v (d = 4, 16 tokens) saved in tmp_path / name, at n = 8, 16."""
+    csv = tmp_path / "r.csv"
+    result = invoke(
+        *args, "--inputs", save_qkv(tmp_path / name, shape), "--seq", "8,16", "--csv", csv
+    )
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["inputs"] == name).all() and sorted(set(df["seq"])) == [8, 16]
+    assert (df["dim"] == 4).all()
+    return df
 
 
 def _load(path: Path):
@@ -644,19 +658,6 @@ def test_time_on_a_picture_repeats_it_over_batch_and_heads(tmp_path, source):
     assert (df["batch"] == 2).all() and (df["heads"] == 3).all() and (df["dim"] == 3).all()
     assert (df["status"] == "ok").all()
     assert set(df["backend"].str.split(":").str[0]) == {"sdpa", "scram"}
-
-
-def test_time_reads_inputs_from_a_file(tmp_path):
-    path = save_qkv(tmp_path / "qkv.npz", (2, 3, 16, 4))
-    csv = tmp_path / "r.csv"
-    result = invoke(
-        "time", "--inputs", path, "--seq", "8,16", "--backends", "sdpa", "--repeats", "2",
-        "--warmup", "0", "--csv", csv,
-    )  # fmt: skip
-    assert_ok(result)
-    df = pd.read_csv(csv)
-    assert (df["inputs"] == "qkv.npz").all() and sorted(set(df["seq"])) == [8, 16]
-    assert (df["batch"] == 2).all() and (df["heads"] == 3).all() and (df["dim"] == 4).all()
 
 
 def test_time_refuses_seq_and_grid_together(tmp_path):
