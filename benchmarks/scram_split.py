@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnbench import get_backend
+from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.kernels.patchmatch import cpu, dispatch
 from attnbench.measure.allocator import steady_allocator
@@ -83,6 +84,18 @@ def stages(
     return [{"side": side, "n": n, "stage": s, "ms": t} for s, t in ms.items()]
 
 
+def _check_inputs(kind: str, heads: int, dim: int) -> None:
+    """One line and exit code 2 for inputs `stages` cannot make (unknown, or a file)."""
+    try:
+        if Inputs(kind, 1, heads, dim).data is None:
+            return
+        message = f"--inputs: {kind} is a file; use random, clustered, blobs or image:NAME"
+    except UsageError as exc:
+        message = str(exc)
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
 @app.command()
 def main(
     grid: list[int] = typer.Option([64, 128], help="square grid sides"),
@@ -91,10 +104,11 @@ def main(
     kappa: int = 4,
     b: int = 1,
     repeats: int = 5,
-    inputs: str = typer.Option("random", help="random, blobs or image:NAME"),
+    inputs: str = typer.Option("random", help="random, clustered, blobs or image:NAME"),
     threads: int = typer.Option(None, min=1, help="CPU threads for torch and numba"),
     csv: Path = typer.Option(None, help="write the table here"),
 ) -> None:
+    _check_inputs(inputs, heads, dim)
     set_threads(threads)
     steady_allocator()
     records = [row for side in grid for row in stages(side, heads, dim, kappa, b, repeats, inputs)]
