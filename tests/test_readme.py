@@ -1,4 +1,4 @@
-"""The README opens with the two commands a new user runs; CI runs the second verbatim."""
+"""The README opens with the two commands a new user runs; CI runs the second as written."""
 
 from pathlib import Path
 
@@ -21,4 +21,5 @@ def test_readme_opens_with_two_commands():
 
 def test_ci_runs_the_readme_test_command():
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    assert readme_commands()[1] in ci_lines
+    test_command = readme_commands()[1]
+    assert any(test_command in line and not line.lstrip().startswith("#") for line in ci_lines)
