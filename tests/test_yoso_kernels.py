@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from attnbench import get_backend
+from attnbench.backends import yoso as yoso_backend
 from attnbench.kernels.lsh import dispatch
 
 
@@ -63,7 +64,7 @@ def test_large_tau_runs_and_matches_reference(tau):
 
 
 def test_tables_too_large_for_memory_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(dispatch, "available_bytes", lambda device: 1024)
+    monkeypatch.setattr(yoso_backend, "available_bytes", lambda device: 1024)
     monkeypatch.setattr(dispatch, "SMALL_TABLES", 0)  # as if these tables were large
     q, k, v = qkv(n=64)
     with pytest.raises(dispatch.TableTooLarge, match=r"tau=6 needs .* GiB .*lower tau"):

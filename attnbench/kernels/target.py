@@ -6,10 +6,14 @@ The choice is explicit and reported in result rows: "cuda" (a real GPU), "cuda-s
 
 from __future__ import annotations
 
-import importlib
 import os
+import types
 
 import torch
+
+GPU_THREADS_PER_BLOCK = 128
+# The simulator runs one OS thread per CUDA thread: small blocks waste fewer of them.
+SIM_THREADS_PER_BLOCK = 32
 
 
 def simulator_enabled() -> bool:
@@ -17,6 +21,29 @@ def simulator_enabled() -> bool:
     from numba.cuda import config
 
     return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def threads_per_block() -> int:
+    return SIM_THREADS_PER_BLOCK if simulator_enabled() else GPU_THREADS_PER_BLOCK
+
+
+def kernel_helpers(module) -> dict:
+    """A module's njit helpers as CUDA kernels call them: the compiled ones on a GPU; under
+    the simulator plain-Python copies whose calls to each other also go to the copies, since
+    the simulator's array views cannot enter CPU-compiled code (and `.py_func` alone would
+    still call the compiled versions of nested helpers)."""
+    if not simulator_enabled():
+        return dict(vars(module))
+    from numba.core.dispatcher import Dispatcher
+
+    namespace = dict(vars(module))
+    for name, value in vars(module).items():
+        if isinstance(value, Dispatcher):
+            f = value.py_func
+            namespace[name] = types.FunctionType(
+                f.__code__, namespace, name, f.__defaults__, f.__closure__
+            )
+    return namespace
 
 
 def kernel_target(tensor: torch.Tensor) -> str:
@@ -41,14 +68,6 @@ def as_array(tensor: torch.Tensor):
 
         return cuda.as_cuda_array(tensor.detach())
     return tensor.detach().numpy()
-
-
-def kernel_module(family: str, target: str):
-    """The kernels of `family` ("lsh", "patchmatch") for a target: its `cpu` module on the
-    CPU, its `cuda` module on a GPU and under the simulator (imported only when needed)."""
-    return importlib.import_module(
-        f"attnbench.kernels.{family}.{'cpu' if target == 'cpu' else 'cuda'}"
-    )
 
 
 def contiguous(tensor: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -65,3 +65,13 @@ def hash_chunk(m: int, tau: int, width: int, budget: int = TABLE_BUDGET) -> int:
     """How many hashes' tables (2^tau buckets x width float32) fit in `budget` bytes, 1..m."""
     per_table = (1 << tau) * width * 4
     return max(1, min(m, budget // per_table))
+
+
+@njit(inline="always")
+def bucket_sum(table, read_codes, g, r, col, start, count):
+    """Sum over a chunk's hashes of the bucket read row r falls in, at one column of the
+    CUDA kernels' tables [G, chunk, 2^tau, width]."""
+    acc = float32(0.0)
+    for h in range(count):
+        acc += table[g, h, read_codes[g, r, start + h], col]
+    return acc

@@ -12,28 +12,24 @@ Every kernel uses a flat 1-D grid with the last array axis varying fastest acros
 
 from __future__ import annotations
 
-from numba import boolean, cuda, float32, int32, int64, njit
+from numba import boolean, cuda, float32, int32, int64
 
 from attnbench.kernels.lsh import core
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
-from attnbench.kernels.target import simulator_enabled
+from attnbench.kernels.target import (  # noqa: F401  (block sizes: read by the tests)
+    GPU_THREADS_PER_BLOCK,
+    SIM_THREADS_PER_BLOCK,
+    kernel_helpers,
+    threads_per_block,
+)
 
-# Threads per block on a GPU. The simulator runs one OS thread per CUDA thread, so idle
-# threads in a mostly empty last block are expensive there: it gets small blocks instead.
-GPU_THREADS_PER_BLOCK = 128
-SIM_THREADS_PER_BLOCK = 32
-THREADS_PER_BLOCK = SIM_THREADS_PER_BLOCK if simulator_enabled() else GPU_THREADS_PER_BLOCK
+THREADS_PER_BLOCK = threads_per_block()
 
-
-def _for_kernels(helper):
-    """An njit helper as kernels call it: compiled into them on a GPU; under the simulator
-    its Python source, because the simulator's array views cannot enter CPU-compiled code."""
-    return helper.py_func if simulator_enabled() else helper
-
-
-gaussian_code = _for_kernels(core.gaussian_code)
-hadamard_inplace = _for_kernels(core.hadamard_inplace)
-sign_code = _for_kernels(core.sign_code)
+_helpers = kernel_helpers(core)
+gaussian_code = _helpers["gaussian_code"]
+hadamard_inplace = _helpers["hadamard_inplace"]
+sign_code = _helpers["sign_code"]
+bucket_sum = _helpers["bucket_sum"]
 
 
 # --- hashing -------------------------------------------------------------------------
@@ -129,16 +125,6 @@ def _scatter_weighted(write_codes, weights, vectors, a, start, count, table):
         cuda.atomic.add(table, (g, h, code, col), weights[g, w, a] * vectors[g, w, col])
 
 
-@_for_kernels
-@njit(inline="always")
-def _bucket_sum(table, read_codes, g, r, col, start, count):
-    """Sum over the chunk's hashes of the bucket read row r falls in, at one column."""
-    acc = float32(0.0)
-    for h in range(count):
-        acc += table[g, h, read_codes[g, r, start + h], col]
-    return acc
-
-
 @cuda.jit(device=True)
 def _gather_thread(k, n_r, width):
     """(g, r, column) of gather thread k; the column varies fastest (coalescing)."""
@@ -163,7 +149,7 @@ def _gather(read_codes, table, start, count, m, first, out):
     groups, n_r, width = out.shape
     if k < groups * n_r * width:
         g, r, col = _gather_thread(k, n_r, width)
-        acc = _bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
+        acc = bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
         _accumulate(out, g, r, col, acc, first)
 
 
@@ -174,7 +160,7 @@ def _gather_weighted(read_codes, read_weights, table, a, start, count, m, first,
     groups, n_r, width = out.shape
     if k < groups * n_r * width:
         g, r, col = _gather_thread(k, n_r, width)
-        acc = _bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
+        acc = bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
         _accumulate(out, g, r, col, acc * read_weights[g, r, a], first)
 
 

@@ -5,14 +5,21 @@ counters see them) and hands zero-copy views to numba.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numba
 import torch
 
+from attnbench.kernels.lsh import cpu
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM, hash_chunk
-from attnbench.kernels.target import as_array, contiguous, kernel_module, kernel_target
-from attnbench.measure.memory import available_bytes
+from attnbench.kernels.target import as_array, contiguous, kernel_target
 
 SMALL_TABLES = 256 * 2**20
+
+# free_bytes(device) -> bytes a new allocation may still take there; the caller's measure of
+# memory (kernels know nothing of how it is read), None to allocate without asking.
+FreeBytes = Callable[[str], int] | None
 
 
 class TableTooLarge(MemoryError):
@@ -26,13 +33,39 @@ def hash_codes(x: torch.Tensor, draws: torch.Tensor, kind: str, tau: int, m: int
     if kind == "fast" and target != "cpu" and draws.shape[-1] > MAX_PADDED_DIM:
         raise ValueError(f"hash=fast on CUDA supports d <= {MAX_PADDED_DIM}; use hash=gaussian")
     out = torch.empty(x.shape[0], x.shape[1], m, dtype=torch.int32, device=x.device)
-    kernels = kernel_module("lsh", target)
+    kernels = _kernels(target)
     fn = kernels.fast_codes if kind == "fast" else kernels.gaussian_codes
     fn(as_array(contiguous(x)), as_array(contiguous(draws.to(x.device))), tau, as_array(out))
     return out
 
 
-def cumulation(read_codes, write_codes, values, tau: int) -> torch.Tensor:
+def _kernels(target: str):
+    """The CPU kernels, or the CUDA ones (on a GPU and under the simulator), whose module
+    imports numba.cuda and so is imported only when needed."""
+    if target == "cpu":
+        return cpu
+    from attnbench.kernels.lsh import cuda
+
+    return cuda
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The two cumulations as `LSHCumulation` calls them (the `ops` it is given), with the
+    caller's way of reading free memory passed down to the table checks."""
+
+    free_bytes: FreeBytes = None
+
+    def cumulation(self, read_codes, write_codes, values, tau: int) -> torch.Tensor:
+        return cumulation(read_codes, write_codes, values, tau, self.free_bytes)
+
+    def weighted_cumulation(self, read_codes, write_codes, weights, vectors, read_weights, tau):
+        return weighted_cumulation(
+            read_codes, write_codes, weights, vectors, read_weights, tau, self.free_bytes
+        )
+
+
+def cumulation(read_codes, write_codes, values, tau: int, free_bytes: FreeBytes = None):
     """(1/m) sum over hashes of the values of the write rows sharing each read row's bucket."""
     groups, n_r, m = read_codes.shape
     out = torch.empty(groups, n_r, values.shape[-1], dtype=torch.float32, device=values.device)
@@ -40,15 +73,18 @@ def cumulation(read_codes, write_codes, values, tau: int) -> torch.Tensor:
     args.append(as_array(contiguous(values)))
     target = kernel_target(values)
     if target == "cpu":
-        _check_tables(tau, _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1]))
-        kernel_module("lsh", target).cumulation(*args, tau, as_array(out))
+        need = _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1])
+        _check_tables(tau, need, "cpu", free_bytes)
+        cpu.cumulation(*args, tau, as_array(out))
     else:
-        table = _scratch(groups, m, tau, values.shape[-1], values.device)
-        kernel_module("lsh", target).cumulation(*args, tau, as_array(out), as_array(table))
+        table = _scratch(groups, m, tau, values.shape[-1], values.device, free_bytes)
+        _kernels(target).cumulation(*args, tau, as_array(out), as_array(table))
     return out
 
 
-def weighted_cumulation(read_codes, write_codes, weights, vectors, read_weights, tau: int):
+def weighted_cumulation(
+    read_codes, write_codes, weights, vectors, read_weights, tau: int, free_bytes: FreeBytes = None
+):
     """(1/m) sum over hashes and write rows w in r's bucket of <rw_r, weights_w> vectors_w."""
     groups, n_r, m = read_codes.shape
     out = torch.empty(groups, n_r, vectors.shape[-1], dtype=torch.float32, device=vectors.device)
@@ -56,39 +92,37 @@ def weighted_cumulation(read_codes, write_codes, weights, vectors, read_weights,
     args += [as_array(contiguous(t)) for t in (weights, vectors, read_weights)]
     target = kernel_target(vectors)
     if target == "cpu":  # sorts rows by code: O(n) memory, no 2^tau tables
-        kernel_module("lsh", target).weighted_cumulation(*args, tau, as_array(out))
+        cpu.weighted_cumulation(*args, tau, as_array(out))
     else:
-        table = _scratch(groups, m, tau, vectors.shape[-1], vectors.device)
-        kernel_module("lsh", target).weighted_cumulation(*args, tau, as_array(out), as_array(table))
+        table = _scratch(groups, m, tau, vectors.shape[-1], vectors.device, free_bytes)
+        _kernels(target).weighted_cumulation(*args, tau, as_array(out), as_array(table))
     return out
 
 
 def _cpu_table_bytes(n_w: int, m: int, tau: int, width: int) -> int:
     """What the CPU cumulation's workers allocate: tables unless tau is large for n (then it
     sorts rows by code instead)."""
-    from attnbench.kernels.lsh import cpu
-
     if (1 << tau) > cpu.SPARSE_BUCKETS * n_w:
         return 0
     width = min(cpu.MAX_WIDTH, width)
     return numba.get_num_threads() * hash_chunk(m, tau, width) * ((1 << tau) + 2) * width * 4
 
 
-def _scratch(groups: int, m: int, tau: int, width: int, device) -> torch.Tensor:
+def _scratch(groups: int, m: int, tau: int, width: int, device, free_bytes: FreeBytes):
     """The CUDA kernels' tables [G, chunk, 2^tau, width], chunk hashes at a time."""
     chunk = hash_chunk(m, tau, groups * width, budget=64 * 2**20)
-    _check_tables(tau, groups * chunk * (2**tau) * width * 4, device)
+    _check_tables(tau, groups * chunk * (2**tau) * width * 4, str(device), free_bytes)
     return torch.empty(groups, chunk, 2**tau, width, dtype=torch.float32, device=device)
 
 
-def _check_tables(tau: int, need: int, device="cpu") -> None:
+def _check_tables(tau: int, need: int, device: str, free_bytes: FreeBytes) -> None:
     """Refuse, with the reason, tables that cannot fit rather than fail deep in a kernel.
 
     Tables under 256 MiB are not checked: asking the OS for free memory on every call
     would put file reads on the hot path for the common small-tau case."""
-    if need < SMALL_TABLES:
+    if need < SMALL_TABLES or free_bytes is None:
         return
-    free = available_bytes(str(device))
+    free = free_bytes(device)
     if need > free:
         raise TableTooLarge(
             f"tau={tau} needs {need / 2**30:.1f} GiB of hash tables, {free / 2**30:.1f} GiB "

@@ -10,37 +10,23 @@ simulator.
 from __future__ import annotations
 
 import functools
-import types
 
 import numpy as np
 from numba import boolean, cuda, float32, int32, int64, uint8
-from numba.core.dispatcher import Dispatcher
 
 from attnbench.kernels.patchmatch import core
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
-from attnbench.kernels.target import simulator_enabled
+from attnbench.kernels.target import (  # noqa: F401  (block sizes: read by the tests)
+    GPU_THREADS_PER_BLOCK,
+    SIM_THREADS_PER_BLOCK,
+    kernel_helpers,
+    simulator_enabled,
+    threads_per_block,
+)
 
-GPU_THREADS_PER_BLOCK = 128
-# The simulator runs one OS thread per CUDA thread: small blocks waste fewer of them.
-SIM_THREADS_PER_BLOCK = 32
-THREADS_PER_BLOCK = SIM_THREADS_PER_BLOCK if simulator_enabled() else GPU_THREADS_PER_BLOCK
+THREADS_PER_BLOCK = threads_per_block()
 
-
-def _python_twins(module) -> dict:
-    """Plain-Python copies of a module's njit helpers whose calls to each other also go to
-    the copies: the simulator's array views cannot enter CPU-compiled code, and `.py_func`
-    alone would still call the compiled versions of nested helpers."""
-    namespace = dict(vars(module))
-    for name, value in vars(module).items():
-        if isinstance(value, Dispatcher):
-            f = value.py_func
-            namespace[name] = types.FunctionType(
-                f.__code__, namespace, name, f.__defaults__, f.__closure__
-            )
-    return namespace
-
-
-_helpers = _python_twins(core) if simulator_enabled() else vars(core)
+_helpers = kernel_helpers(core)
 copy_list = _helpers["copy_list"]
 init_query = _helpers["init_query"]
 pass_number = _helpers["pass_number"]

@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.kernels.target import as_array, contiguous, kernel_module, kernel_target
+from attnbench.kernels.patchmatch import cpu
+from attnbench.kernels.target import as_array, contiguous, kernel_target
+
+
+def _kernels(target: str):
+    """The CPU kernels, or the CUDA ones (on a GPU and under the simulator), whose module
+    imports numba.cuda and so is imported only when needed."""
+    if target == "cpu":
+        return cpu
+    from attnbench.kernels.patchmatch import cuda
+
+    return cuda
 
 
 def _validity(valid: torch.Tensor | None, q: torch.Tensor):
@@ -48,7 +59,7 @@ def patchmatch(
     tensors = (contiguous(q), contiguous(k), matches, scores, tmp_ids, tmp_sc, changed)
     arrays = [as_array(t) for t in tensors]
     qa, ka, *fields = arrays
-    kernel_module("patchmatch", kernel_target(q)).patchmatch(
+    _kernels(kernel_target(q)).patchmatch(
         qa, ka, H, W, kappa, variant, L, T, tuple(jumps), seed, *fields, _validity(valid, q)
     )
     return matches, scores
@@ -77,7 +88,7 @@ def window_softmax(
     counts = torch.empty(B, n, dtype=torch.int32, device=v.device)
     args = [as_array(contiguous(t)) for t in (q, k, v)]
     args.append(as_array(contiguous(matches, torch.int32)))
-    kernel_module("patchmatch", kernel_target(q)).window_softmax(
+    _kernels(kernel_target(q)).window_softmax(
         *args, H, W, b, as_array(out), as_array(counts), _validity(valid, q)
     )
     return out, counts
