@@ -4,7 +4,7 @@ the dense computation, and what cannot fit in memory is skipped, not run."""
 import pytest
 import torch
 
-from attnbench import get_backend
+from attnbench import get_backend, rowblocks, runner
 from attnbench.backends.registry import Backend
 from attnbench.backends.softmax import softmax_weights
 from attnbench.backends.sparse import SparseStrided
@@ -12,7 +12,7 @@ from attnbench.images import grid_qkv
 from attnbench.inputs import Inputs
 from attnbench.kernels.patchmatch import reference
 from attnbench.metrics import argmax_hit_rate, map_metrics, recall_at_k
-from attnbench.studies import error, exact
+from attnbench.studies import error
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.exact import by_rows, exact_softmax, row_blocks
 
@@ -28,7 +28,7 @@ def qkv(heads=2, n=N, d=4, seed=0):
 @pytest.fixture
 def tiny_blocks(monkeypatch):
     """Blocks of a few rows (the last one shorter), as a large n would get."""
-    monkeypatch.setattr(exact, "BLOCK_BYTES", 8 * N * 2 * 5)  # 5 rows of 2 heads
+    monkeypatch.setattr(rowblocks, "BLOCK_BYTES", 8 * N * 2 * 5)  # 5 rows of 2 heads
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_search_metrics_in_blocks_equal_brute_force(spec, tiny_blocks):
         "argmax_hit_rate": argmax_hit_rate(scores[..., 0], reference.scores(qf, kf).amax(-1)),
         "recall_at_kappa": recall_at_k(found.long(), truth),
     }
-    assert error._search_metrics(backend, q, k, GRID) == dense
+    assert backend.diagnostics(q, k, None, GRID) == dense
 
 
 class WholeMapStrided(SparseStrided):
@@ -112,6 +112,7 @@ class WholeMapStrided(SparseStrided):
 
 def run_rows(free_bytes, monkeypatch, backends):
     monkeypatch.setattr(error, "available_bytes", lambda device: free_bytes)
+    monkeypatch.setattr(runner, "available_bytes", lambda device: free_bytes)
     spec = ErrorSpec(
         seqs=[], grids=[GRID], hashes=[8], trials=2, mc_seeds=1,
         inputs=Inputs("blobs", 1, 1, 3), backends=backends,

@@ -12,11 +12,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from attnbench.errors import UsageError
+from attnbench.measure import is_cuda
+
+if TYPE_CHECKING:
+    from attnbench.case import Case
 
 ENTRY_POINT_GROUP = "attnbench.backends"
 
@@ -127,6 +131,26 @@ class Backend:
     def predicted_bytes(self, batch: int, heads: int, n: int, d: int, itemsize: int) -> int:
         """Bytes of the largest intermediates, to skip cases that cannot fit before running."""
         return 0
+
+    def unsupported(self, case: Case) -> list[str]:
+        """Why this backend cannot run `case` on this machine or in this mode (empty: it
+        can). The runner records the reasons in a skipped row and goes on."""
+        reasons = []
+        device = "cuda" if is_cuda(case.device) else case.device
+        if device not in self.devices:
+            reasons.append(f"{self.name} does not run on {case.device}")
+        if case.mode != "fwd" and not self.backward:
+            reasons.append(f"{self.name} has no backward pass")
+        return reasons
+
+    def validate(self, case: Case) -> None:
+        """Raise UsageError when these parameters can never run `case` (a window larger than
+        the grid): the runner checks every case of a sweep before any work."""
+
+    def diagnostics(self, q, k, v, grid: tuple[int, int] | None = None) -> dict[str, float]:
+        """What the backend knows about its own work on these inputs, by name (a search's
+        hit rate, a sampler's acceptance): metrics a study records beside its errors."""
+        return {}
 
     def impl(self, device: str) -> str:
         return "torch"

@@ -12,11 +12,13 @@ from __future__ import annotations
 import torch
 
 from attnbench.backends.masking import zero_masked_rows
-from attnbench.backends.registry import Backend, Param, int_param, register
+from attnbench.backends.registry import Backend, Param, int_param, register, token_grid
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch import dispatch, reference
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 from attnbench.kernels.target import device_target
+from attnbench.metrics import argmax_hit_rate, recall_at_k
+from attnbench.rowblocks import by_rows
 
 
 def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tensor:
@@ -98,6 +100,35 @@ class SCRAM(Backend):
             kappa = self.values["kappa"]
             raise UsageError(f"scram: kappa={kappa} exceeds the {height * width} keys")
 
+    def validate(self, case) -> None:
+        self._check(token_grid(case.grid, case.n))
+
+    def diagnostics(self, q, k, v, grid=None) -> dict[str, float]:
+        """PatchMatch against brute force on these inputs: the share of queries whose best
+        match is the true argmax, and recall@kappa of the true top-kappa keys (for the mode
+        variant, greedy suppression with separation L), a block of rows at a time."""
+        b, h, n, d = q.shape
+        height, width = token_grid(grid, n)
+        found, scores = self.matches(q, k, (height, width))
+        qf, kf = q.reshape(b * h, n, d), k.reshape(b * h, n, d)
+        kappa = found.shape[-1]
+        if self.values["variant"] == "mode":
+            L = self.values["L"]
+
+            def truth_rows(q, k):
+                return reference.topk_mode(q, k, height, width, kappa, L)[0]
+        else:
+
+            def truth_rows(q, k):
+                return reference.topk_max(q, k, kappa)[0]
+
+        truth = by_rows(truth_rows, qf, kf)
+        best = by_rows(lambda q, k: reference.scores(q, k).amax(-1, keepdim=True), qf, kf)
+        return {
+            "argmax_hit_rate": argmax_hit_rate(scores[..., 0], best[..., 0]),
+            "recall_at_kappa": recall_at_k(found.long(), truth),
+        }
+
     def matches(self, q, k, grid, mask=None):
         """PatchMatch's matches [B*H, n, kappa] and scores on the flattened heads; masked-out
         keys are never matched."""
@@ -127,6 +158,7 @@ class SCRAM(Backend):
     def map_blocks(self, q, k, blocks, grid=None):
         """`attention_map` a block of rows at a time: one PatchMatch, then each block's
         windows (a query's windows depend on its own matches only)."""
+        grid = token_grid(grid, k.shape[-2])
         self._check(grid)
         found, _ = self.matches(q, k, grid)
         for rows in blocks:

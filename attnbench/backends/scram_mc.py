@@ -14,7 +14,7 @@ import math
 import torch
 
 from attnbench.backends.masking import zero_masked_rows
-from attnbench.backends.registry import Param, int_param, register
+from attnbench.backends.registry import Param, int_param, register, token_grid
 from attnbench.backends.scram import SCRAM, _jumps, _variant, head_mask
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
@@ -53,6 +53,11 @@ def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 def _scores_at(q: torch.Tensor, k: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """s = q_i . k_j / sqrt(d) only at the sampled keys j = idx[g, i, c]."""
     return (q.unsqueeze(2) * _gather_rows(k, idx)).sum(-1) / math.sqrt(q.shape[-1])
+
+
+def _known(values: dict[str, float]) -> dict[str, float]:
+    """The diagnostics that have a value (NaN before the first call)."""
+    return {key: float(value) for key, value in values.items() if not math.isnan(value)}
 
 
 def _key_ok(valid: torch.Tensor | None, keys: torch.Tensor) -> torch.Tensor:
@@ -112,6 +117,7 @@ class _SCRAMMonteCarlo(SCRAM):
 
     def map_blocks(self, q, k, blocks, grid=None):
         """`attention_map` a block of rows at a time, from one set of draws."""
+        grid = token_grid(grid, k.shape[-2])
         qf, kf, found, valid = self._prepare(q, k, None, grid)
         b, h, n, _ = q.shape
         keys, w = self._weighted_keys(qf, kf, found, grid, valid)
@@ -143,6 +149,10 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
     complexity = "O(n (T log n + samples) d)"
     summary = "SCRAM-SNIS: importance sampling from RBF bumps at PatchMatch modes + uniform"
     last_ess: float = float("nan")
+
+    def diagnostics(self, q, k, v, grid=None) -> dict[str, float]:
+        """The search's quality, and the mean effective sample size of the last call."""
+        return super().diagnostics(q, k, v, grid) | _known({"ess": self.last_ess})
 
     def _bump_tables(self, size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Per axis position c: CDF [size, 2R+1] of the clipped 1-D bump, and its norm.
@@ -232,6 +242,12 @@ class SCRAMMH(_SCRAMMonteCarlo):
     complexity = "O(n (T log n + kappa samples) d)"
     summary = "SCRAM-MH: Metropolis-Hastings chains from PatchMatch modes, mean of visits"
     last_acceptance: float = float("nan")
+
+    def diagnostics(self, q, k, v, grid=None) -> dict[str, float]:
+        """The search's quality, and the chains' acceptance rate in the last call."""
+        return super().diagnostics(q, k, v, grid) | _known(
+            {"acceptance_rate": self.last_acceptance}
+        )
 
     def _visits(self, q, k, found, grid, valid):
         """Every visited state [G, n, kappa * samples] of all chains and whether each is a

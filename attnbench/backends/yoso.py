@@ -23,7 +23,10 @@ from attnbench.backends.registry import (
 )
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.kernels.lsh.autograd import BACKWARDS, LSHCumulation
+from attnbench.kernels.lsh.core import MAX_PADDED_DIM
 from attnbench.kernels.target import device_target
+from attnbench.measure import is_cuda
+from attnbench.measure.memory import available_bytes
 
 HASHES = ("fast", "gaussian")
 IMPLS = ("numba", "torch")
@@ -64,6 +67,17 @@ class YOSO(Backend):
             return "torch"
         return "numba-" + device_target(device)
 
+    def unsupported(self, case) -> list[str]:
+        reasons = super().unsupported(case)
+        v = self.values
+        if v["impl"] == "numba" and v["hash"] == "fast" and is_cuda(case.device):
+            padded = reference.padded_dim(case.dim, resolve_tau(v["tau"], case.n))
+            if padded > MAX_PADDED_DIM:
+                reasons.append(
+                    f"hash=fast on CUDA supports d <= {MAX_PADDED_DIM}; use hash=gaussian"
+                )
+        return reasons
+
     def draws(self, groups: int, d: int, tau: int, device) -> torch.Tensor:
         """The random projections or diagonals, drawn on the CPU from the seed, kept per shape."""
         key = (groups, d, tau, str(device))
@@ -103,7 +117,10 @@ class YOSO(Backend):
         kn = F.normalize(k.float(), dim=-1).reshape(b * h, n_k, d)
         with torch.no_grad():
             q_codes, k_codes = self.hash(qn, tau), self.hash(kn, tau)
-        ops = dispatch if self.values["impl"] == "numba" else reference
+        if self.values["impl"] == "numba":  # hash tables are checked against free memory
+            ops = dispatch.Kernels(free_bytes=available_bytes)
+        else:
+            ops = reference
         y = LSHCumulation.apply(
             qn,
             kn,

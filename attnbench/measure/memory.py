@@ -48,14 +48,17 @@ def peak_memory(fn: Callable[[], object], device: str) -> PeakMemory:
 
 
 def available_bytes(device: str) -> int:
-    """Memory a new case could still use, to skip cases that cannot fit before running them."""
+    """Memory a new case could still use, to skip cases that cannot fit before running them:
+    on the CPU the least of the free memory, the container's (cgroup) headroom and the
+    address space left under this process's limit (ulimit -v), which fails allocations long
+    before memory runs out."""
     if is_cuda(device):
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
     free = _meminfo_available()
     if free is None:
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    limit = _cgroup_headroom()
-    return free if limit is None else min(free, limit)
+    headrooms = (_cgroup_headroom(), _address_space_headroom())
+    return min([free, *(h for h in headrooms if h is not None)])
 
 
 def _cuda_peak(fn: Callable[[], object], dev: torch.device) -> PeakMemory:
@@ -147,6 +150,18 @@ def _meminfo_available() -> int | None:
     except OSError:
         pass
     return None
+
+
+def _address_space_headroom() -> int | None:
+    """RLIMIT_AS minus the address space already mapped (VmSize), None without a limit."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        used = max(_status_kib("VmSize"), 0) * 1024
+    except OSError:  # no /proc: the limit is all that is known
+        used = 0
+    return max(limit - used, 0)
 
 
 def _cgroup_headroom() -> int | None:
