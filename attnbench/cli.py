@@ -5,38 +5,26 @@ No math here. Every user mistake surfaces as one line `error: ...` and exit code
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from typer.core import TyperGroup
 
-from attnbench.backends import Backend, backend_classes, get_backend, parse_backends
+from attnbench.case import MODES
 from attnbench.errors import UsageError
-from attnbench.inputs import Inputs
-from attnbench.measure.allocator import steady_allocator
-from attnbench.measure.env import environment
-from attnbench.measure.threads import set_threads
-from attnbench.plots import PLOT_SUFFIXES, plot_maps, plot_results
-from attnbench.results import ResultSink, Row, env_sidecar, read_rows
-from attnbench.spec import (
-    non_negative,
-    output_path,
-    parse_dtype,
-    parse_grids,
-    parse_sizes,
-    positive,
-    resolve_device,
-)
-from attnbench.studies.error import ErrorSpec, run_error
-from attnbench.studies.maps import MapsSpec, attention_maps
-from attnbench.studies.time import MODES, TimeSpec, run_time
+
+if TYPE_CHECKING:
+    from attnbench.inputs import Inputs
+
+# torch, numba, pandas and matplotlib are imported inside the commands that need them, so
+# `--help` and `--version` answer at once.
 
 console = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping in logs
 progress_console = Console(stderr=True)
@@ -79,14 +67,36 @@ app = typer.Typer(
 )
 
 DEFAULT_TIME_BACKENDS = "softmax,sdpa,yoso-e,yoso-32"
-OUT_SUFFIXES = {"csv": (".csv",), "json": (".json",), "plot": PLOT_SUFFIXES}
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("attnbench")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        typer.echo(f"attnbench {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Benchmark and profile attention mechanisms: runtime, peak memory, approximation error."""
 
 
 def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
+    from attnbench.plots import PLOT_SUFFIXES
+    from attnbench.results import env_sidecar
+    from attnbench.spec import output_path
+
     paths = (
-        output_path(csv, "--csv", OUT_SUFFIXES["csv"]),
-        output_path(json, "--json", OUT_SUFFIXES["json"]),
-        output_path(plot, "--plot", OUT_SUFFIXES["plot"]),
+        output_path(csv, "--csv", (".csv",)),
+        output_path(json, "--json", (".json",)),
+        output_path(plot, "--plot", PLOT_SUFFIXES),
     )
     if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
         raise UsageError(f"--json: {json} is where --csv keeps its environment record")
@@ -94,16 +104,27 @@ def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
 
 
 def _set_threads(threads: int | None) -> int:
+    from attnbench.measure.threads import set_threads
+    from attnbench.spec import positive
+
     return set_threads(None if threads is None else positive(threads, "--threads"))
 
 
-def _run_study(
-    study: Callable[[Callable[[str], None]], Iterator[list[Row]]], total: int, sink: ResultSink
-) -> None:
-    """Drive a study under a progress bar, saving rows as each case finishes.
+def _sink(env: dict, csv: Path | None, json: Path | None):
+    """The result sink, as a context that holds its outputs while the run writes them."""
+    from attnbench.results import ResultSink
 
-    `study(on_step)` calls `on_step(text)` as each step starts, so the steps before it are done.
+    sink = ResultSink(env, csv, json)
+    return sink if hasattr(sink, "__enter__") else contextlib.nullcontext(sink)
+
+
+def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> None:
+    """Drive a study's cases under a progress bar; the runner commits rows as cases end.
+
+    `study(on_case)` calls `on_case(case)` as each case starts, so the cases before it are done.
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -114,36 +135,23 @@ def _run_study(
         task = progress.add_task("starting", total=total)
         started = 0
 
-        def on_step(text: str) -> None:
+        def on_case(case) -> None:
             nonlocal started
-            progress.update(task, description=text, completed=started)
+            progress.update(task, description=case.title, completed=started)
             started += 1
 
-        for batch in study(on_step):
-            for row in batch:
-                sink.add(row)
+        for _ in study(on_case):
+            pass
         progress.update(task, completed=total)
 
 
 @app.command()
 def backends() -> None:
     """List the backends, their parameters and defaults, cost, devices and backward support."""
-    table = Table(title="attnbench backends")
-    for column in ("name", "parameters (defaults)", "complexity", "devices", "backward", "about"):
-        table.add_column(column)
-    for name, cls in backend_classes().items():
-        params = ", ".join(f"{k}={p.default}" for k, p in cls.params.items()) or "-"
-        if cls.shorthand:
-            params += f"  ({name}-N sets {cls.shorthand})"
-        table.add_row(
-            name,
-            params,
-            cls.complexity,
-            ", ".join(cls.devices),
-            "yes" if cls.backward else "no",
-            cls.summary,
-        )
-    console.print(table)
+    from attnbench.backends import backend_classes
+    from attnbench.tables import backends_table
+
+    console.print(backends_table(backend_classes()))
 
 
 @app.command("time")
@@ -169,11 +177,25 @@ def time_cmd(
     seed: int = typer.Option(0, help="seed of the generated inputs"),
     threads: int = typer.Option(None, help="CPU threads for torch and numba (default: torch's)"),
     baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
+    isolate: bool = typer.Option(
+        False, help="run each case in a fresh process: a crash becomes a `crashed` row"
+    ),
     csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
     json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
     plot: Path = typer.Option(None, help="draw time and memory vs n to this PNG/SVG/PDF"),
 ) -> None:
     """Runtime and peak memory vs sequence length (YOSO Fig. 7)."""
+    from attnbench.backends import get_backend, parse_backends
+    from attnbench.spec import (
+        non_negative,
+        parse_dtype,
+        parse_grids,
+        parse_sizes,
+        positive,
+        resolve_device,
+    )
+    from attnbench.studies.time import TIME, TimeSpec, run_time
+
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
     if seq is not None and grid is not None:
@@ -198,14 +220,37 @@ def time_cmd(
         repeats=positive(repeats, "--repeats"),
         warmup=non_negative(warmup, "--warmup"),
         seed=seed,
+        baseline=get_backend(baseline),
     )
-    baseline_backend = get_backend(baseline)
+    cases = spec.cases
+    _validate(cases)
     csv, json, plot = _outputs(csv, json, plot)
+    from attnbench.measure.allocator import steady_allocator
+    from attnbench.measure.env import environment
+    from attnbench.tables import time_table
+
     steady_allocator()
-    sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
-    _run_study(partial(run_time, spec), spec.cases, sink)
-    console.print(_time_table(sink.rows, baseline_backend))
+    threads = _set_threads(threads)
+    executor = _executor(isolate, TIME, threads, steady=True)
+    with _sink(environment(spec.device, threads, seed), csv, json) as sink:
+        _sweep(lambda on_case: run_time(spec, on_case, sink, executor), len(cases))
+    console.print(time_table(sink.rows, spec.baseline))
     _finish(sink, plot)
+
+
+def _validate(cases) -> None:
+    from attnbench import runner
+
+    runner.validate(cases)
+
+
+def _executor(isolate: bool, measure, threads: int, steady: bool = False):
+    """Cases in this process (None: the runner's default), or each in a fresh one."""
+    if not isolate:
+        return None
+    from attnbench.runner import Isolated
+
+    return Isolated(measure, threads, steady)
 
 
 @app.command("maps")
@@ -221,6 +266,11 @@ def maps_cmd(
     out: Path = typer.Option(Path("maps.png"), "--out", "-o", help="figure path (PNG/SVG/PDF)"),
 ) -> None:
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3)."""
+    from attnbench.backends import parse_backends
+    from attnbench.plots import PLOT_SUFFIXES, plot_maps
+    from attnbench.spec import output_path, parse_grids, positive
+    from attnbench.studies.maps import MapsSpec, attention_maps
+
     grids = parse_grids(grid, "--grid")
     if len(grids) != 1:
         raise UsageError("--grid: maps take one grid HxW")
@@ -232,8 +282,14 @@ def maps_cmd(
         query=_query(query),
         seed=seed,
     )
-    out = output_path(out, "--out", OUT_SUFFIXES["plot"])
-    maps = attention_maps(spec)
+    _validate(spec.cases)
+    out = output_path(out, "--out", PLOT_SUFFIXES)
+    failed = []
+    maps = attention_maps(spec, failed)
+    for row in failed:
+        console.print(f"{row.backend}: {row.status}: {row.reason}")
+    if not maps:
+        raise UsageError("no backend could draw its map")
     height, width = spec.grid
     where = f", query ({spec.query[0]}, {spec.query[1]})" if spec.query else ""
     plot_maps(maps, f"{inputs} · {height}x{width} · d = {spec.dim}{where}", out, spec.query)
@@ -251,7 +307,11 @@ def _query(text: str | None) -> tuple[int, int] | None:
 
 @app.command("error")
 def error_cmd(
-    hashes: str = typer.Option("8..128", help="numbers of hashes m: 8..128 doubles 8, 16, ..."),
+    hashes: str = typer.Option(
+        None,
+        help="adds yoso:m=... for each number of hashes m: 8..128 doubles 8, 16, ... "
+        "(default 8..128 when no --backends)",
+    ),
     seq: str = typer.Option(None, help="lengths n: a value, list or doubling range (64..4096)"),
     grid: str = typer.Option(None, help="image sizes HxW instead (blobs and image:NAME inputs)"),
     tau: str = typer.Option("8", help="bits per hash code, 1..24, or auto = ceil(log2 n)"),
@@ -262,7 +322,15 @@ def error_cmd(
     inputs: str = typer.Option(
         "clustered", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
     ),
-    backends: str = typer.Option("", help="also compare these backends with exact softmax"),
+    backends: str = typer.Option("", help="compare these backends with the reference"),
+    reference: str = typer.Option(
+        None,
+        help="backend every other is compared with (default: yoso-e with --tau when only "
+        "--hashes is swept, as YOSO Fig. 8; else exact softmax)",
+    ),
+    isolate: bool = typer.Option(
+        False, help="run each case in a fresh process: a crash becomes a `crashed` row"
+    ),
     batch: int = typer.Option(1, help="batch size (generated inputs)"),
     heads: int = typer.Option(4, help="attention heads (generated inputs)"),
     dim: int = typer.Option(64, help="head dimension d (generated inputs)"),
@@ -274,8 +342,12 @@ def error_cmd(
     json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
     plot: Path = typer.Option(None, help="draw error vs n, a line per m, to PNG/SVG/PDF"),
 ) -> None:
-    """Approximation error: YOSO-m vs YOSO-E over hashes and lengths (YOSO Fig. 8)."""
+    """Approximation error of backends against a reference; by default YOSO-m vs YOSO-E over
+    hashes and lengths (YOSO Fig. 8)."""
+    from attnbench.backends import parse_backends
     from attnbench.backends.registry import tau_param
+    from attnbench.spec import parse_dtype, parse_grids, parse_sizes, positive, resolve_device
+    from attnbench.studies.error import ErrorSpec, run_error
 
     try:
         tau_value = tau_param().parse(tau)
@@ -293,7 +365,7 @@ def error_cmd(
     spec = ErrorSpec(
         seqs=seqs,
         grids=grids,
-        hashes=parse_sizes(hashes, "--hashes"),
+        hashes=_hashes(hashes, backends),
         tau=tau_value,
         trials=positive(trials, "--trials"),
         mc_seeds=positive(mc_seeds, "--mc-seeds"),
@@ -302,17 +374,47 @@ def error_cmd(
         dtype=parse_dtype(dtype),
         device=resolve_device(device),
         seed=seed,
+        reference=_reference(reference),
     )
+    cases = spec.cases
+    spec.validate()
     csv, json, plot = _outputs(csv, json, plot)
-    sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
-    _run_study(partial(run_error, spec), spec.steps, sink)
-    console.print(_error_table(sink.rows))
+    from attnbench.measure.env import environment
+    from attnbench.tables import error_table
+
+    threads = _set_threads(threads)
+    executor = _executor(isolate, spec.measure, threads)
+    with _sink(environment(spec.device, threads, seed), csv, json) as sink:
+        _sweep(lambda on_case: run_error(spec, on_case, sink, executor), len(cases))
+    console.print(error_table(sink.rows))
     _finish(sink, plot)
+
+
+def _hashes(hashes: str | None, backends: str) -> list[int]:
+    """The swept numbers of hashes: YOSO Fig. 8's 8..128 unless backends are given instead."""
+    from attnbench.spec import parse_sizes
+
+    if hashes is None:
+        return [] if backends.strip() else parse_sizes("8..128", "--hashes")
+    return parse_sizes(hashes, "--hashes")
+
+
+def _reference(spec: str | None) -> str | None:
+    from attnbench.backends import get_backend
+
+    if spec is None:
+        return None
+    try:
+        return get_backend(spec).spec
+    except UsageError as exc:
+        raise UsageError(f"--reference: {exc}") from None
 
 
 def _inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids) -> Inputs:
     """The --inputs source, checked against the lengths; a file's own shape replaces batch,
     heads and dim."""
+    from attnbench.inputs import Inputs
+
     source = Inputs(kind, batch, heads, dim)
     if source.on_grid and grids is None:
         raise UsageError(f"--inputs {kind} is an image: give its size with --grid HxW")
@@ -329,6 +431,10 @@ def plot_cmd(
     out: Path = typer.Option(None, "--out", "-o", help="figure path (default: results.png)"),
 ) -> None:
     """Redraw a study's figure from a saved result file."""
+    from attnbench.plots import PLOT_SUFFIXES, plot_results
+    from attnbench.results import read_rows
+    from attnbench.spec import output_path
+
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
     out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
@@ -371,58 +477,16 @@ def profile_argv(profile: Path) -> list[str]:
     return argv
 
 
-def _finish(sink: ResultSink, plot: Path | None) -> None:
+def _finish(sink, plot: Path | None) -> None:
     for path in (sink.csv, sink.json):
         if path is not None:
             console.print(f"wrote {path}")
     if plot is not None:
+        from attnbench.plots import plot_results
         from attnbench.results import rows_frame
 
         plot_results(rows_frame(sink.rows), plot)
         console.print(f"wrote {plot}")
-
-
-def _label(spec: str) -> str:
-    try:
-        return get_backend(spec).label
-    except UsageError:
-        return spec
-
-
-def _time_table(rows: list[Row], baseline: Backend) -> Table:
-    table = Table(title="attnbench time")
-    for column in ("backend", "n", "median ms", "p10-p90 ms", "peak MiB"):
-        table.add_column(column, justify="left" if column == "backend" else "right")
-    table.add_column(f"speed-up vs {baseline.label}", justify="right")
-    table.add_column("status")
-    times = {(r.backend, r.seq): r for r in rows if r.metric == "time_ms"}
-    peaks = {(r.backend, r.seq): r.value for r in rows if r.metric == "peak_mib"}
-    base = {n: r.value for (b, n), r in times.items() if r.status == "ok" and b == baseline.spec}
-    for (backend, n), r in times.items():
-        ok = r.status == "ok"
-        speedup = base[n] / r.value if ok and n in base else None
-        table.add_row(
-            _label(backend),
-            str(n),
-            f"{r.value:.3f}" if ok else "-",
-            f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
-            f"{peaks[(backend, n)]:.1f}" if (backend, n) in peaks else "-",
-            f"{speedup:.2f}x" if speedup else "-",
-            f"{r.status}: {r.reason}" if r.reason else r.status,
-        )
-    return table
-
-
-def _error_table(rows: list[Row]) -> Table:
-    table = Table(title="attnbench error (mean +- std over trials)")
-    for column in ("backend", "n", "metric", "value", "std"):
-        table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
-    for r in rows:
-        if r.status != "ok":
-            table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.status}: {r.reason}", "")
-            continue
-        table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
-    return table
 
 
 def main() -> None:

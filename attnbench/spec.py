@@ -10,19 +10,12 @@ import os
 import re
 from pathlib import Path
 
-import torch
-
 from attnbench.errors import UsageError
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
 _NUMBER = re.compile(r"^\s*(\d+)\s*([km]?)\s*$", re.IGNORECASE)
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+DTYPES = ("float32", "float64", "float16", "bfloat16")  # names of torch dtypes
 
 
 def _number(text: str, option: str) -> int:
@@ -105,11 +98,13 @@ def non_negative(value: int, option: str) -> int:
     return value
 
 
-def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name.lower()]
-    except KeyError:
-        raise UsageError(f"--dtype: unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
+def parse_dtype(name: str):
+    """The torch dtype named `name` (torch is imported only when an option needs it)."""
+    if name.lower() not in DTYPES:
+        raise UsageError(f"--dtype: unknown dtype {name!r}; valid: {', '.join(DTYPES)}")
+    import torch
+
+    return getattr(torch, name.lower())
 
 
 def resolve_device(name: str) -> str:
@@ -117,6 +112,8 @@ def resolve_device(name: str) -> str:
     name = name.lower()
     if name not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device: unknown device {name!r}; valid: auto, cpu, cuda")
+    import torch
+
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():

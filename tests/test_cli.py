@@ -5,9 +5,12 @@ Sizes are tiny so the whole file runs in seconds on a small CPU; nothing asserts
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -21,12 +24,12 @@ from typer.testing import CliRunner
 
 import attnbench.cli as cli
 import attnbench.results as results_module
+import attnbench.runner as runner_module
 import attnbench.studies.time as time_study
 from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
 from attnbench.metrics import mean_radian
 from attnbench.results import COLUMNS
-from attnbench.studies import error as error_study
 from attnbench.studies.exact import exact_softmax
 
 runner = CliRunner()
@@ -199,16 +202,17 @@ def test_time_fwdbwd_skips_backends_without_backward_and_goes_on(tmp_path, monke
 
 
 def test_error_study_rows_for_every_m_and_n(tmp_path):
+    """Only hashes swept: YOSO Fig. 8, every yoso-m against yoso-e."""
     csv, svg = tmp_path / "e.csv", tmp_path / "e.svg"
     result = invoke(
         "error", "--hashes", "8..16", "--seq", "16..32", "--trials", "2", "--heads", "1",
-        "--dim", "8", "--backends", "sdpa,yoso-e", "--csv", csv, "--plot", svg,
+        "--dim", "8", "--csv", csv, "--plot", svg,
     )  # fmt: skip
     assert_ok(result)
     df = pd.read_csv(csv)
-    assert list(df.columns) == COLUMNS
     assert (df["study"] == "error").all() and (df["status"] == "ok").all()
     assert (df["count"] == 2).all()
+    assert set(df["metric"].str.partition("_vs_")[2]) == {"yoso_e"}
 
     yoso = df[df["metric"] == "radian_vs_yoso_e"]
     pairs = sorted(
@@ -216,8 +220,22 @@ def test_error_study_rows_for_every_m_and_n(tmp_path):
     )
     assert pairs == [(8, 16), (8, 32), (16, 16), (16, 32)]
     assert yoso["value"].between(0, math.pi).all()
-    assert yoso["samples"].map(lambda s: len(s.split())).eq(2).all()
+    assert yoso["samples"].map(sample_count).eq(2).all()
 
+    text = svg.read_text()
+    assert "<svg" in text and text.rstrip().endswith("</svg>")
+
+
+def test_error_study_compares_backends_with_exact_softmax(tmp_path):
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--seq", "16..32", "--trials", "2", "--heads", "1", "--dim", "8",
+        "--backends", "sdpa,yoso-e", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["status"] == "ok").all() and (df["count"] == 2).all()
+    assert not df["backend"].str.startswith("yoso:").any()  # no hashes swept by default
     sdpa = df[df["backend"] == "sdpa"]
     assert sorted(zip(sdpa["seq"], sdpa["metric"], strict=True)) == sorted(
         (n, m) for n in (16, 32) for m in VS_SOFTMAX
@@ -226,8 +244,11 @@ def test_error_study_rows_for_every_m_and_n(tmp_path):
     yoso_e = df[df["backend"].map(base_name) == "yoso-e"]
     assert set(yoso_e["metric"]) == VS_SOFTMAX and sorted(set(yoso_e["seq"])) == [16, 32]
 
-    text = svg.read_text()
-    assert "<svg" in text and text.rstrip().endswith("</svg>")
+
+def sample_count(text) -> int:
+    """Samples in a CSV cell: a JSON list (schema 2) or space-separated (schema 1)."""
+    text = str(text).strip()
+    return len(json.loads(text)) if text.startswith("[") else len(text.split())
 
 
 @pytest.mark.parametrize(
@@ -257,7 +278,7 @@ def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, source, out):
 )
 def test_error_study_reads_inputs_from_a_file(tmp_path, name, shape, batch, heads):
     df = _rows_on_file_inputs(
-        tmp_path, name, shape, "error", "--hashes", "8", "--trials", "2", "--backends", "yoso-e"
+        tmp_path, name, shape, "error", "--trials", "2", "--backends", "yoso-e"
     )
     assert (df["batch"] == batch).all() and (df["heads"] == heads).all()
 
@@ -606,26 +627,33 @@ def test_a_failing_backend_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypat
     assert got == sorted((b, n, m) for b, n in want for m in TIME_METRICS)
 
 
-def test_a_crash_in_the_error_study_keeps_the_finished_lengths(tmp_path, monkeypatch):
+def test_a_failing_backend_in_the_error_study_is_recorded_and_the_study_goes_on(
+    tmp_path, monkeypatch
+):
     real_forward = Softmax.forward
 
     def fails_at_32(self, q, k, v, mask=None):
         if q.shape[-2] == 32:
-            raise RuntimeError("boom")
+            raise RuntimeError("boom\nsecond line")
         return real_forward(self, q, k, v, mask)
 
     monkeypatch.setattr(Softmax, "forward", fails_at_32)
     csv = tmp_path / "r.csv"
     result = invoke(
-        "error", "--hashes", "8", "--seq", "16..32", "--trials", "1", "--heads", "1",
-        "--dim", "8", "--backends", "softmax", "--csv", csv,
+        "error", "--seq", "16..64", "--trials", "1", "--heads", "1", "--dim", "8",
+        "--backends", "softmax,sdpa", "--csv", csv,
     )  # fmt: skip
-    assert result.exit_code != 0
-    assert files_under(tmp_path) == ["r.csv", "r.env.json"]
-    df = pd.read_csv(csv)
-    assert list(df.columns) == COLUMNS
-    assert set(df["seq"]) == {16}
-    assert set(df["metric"]) == {"radian_vs_yoso_e"} | VS_SOFTMAX
+    assert_ok(result)
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    failed = df[df["status"] != "ok"]
+    assert len(failed) == 1
+    row = failed.iloc[0]
+    assert (row["backend"], row["seq"], row["status"]) == ("softmax", 32, "error")
+    assert (row["metric"], row["reason"]) == ("radian_vs_softmax", "RuntimeError: boom")
+    ok = df[df["status"] == "ok"]
+    assert set(zip(ok["backend"], ok["seq"], strict=True)) == {
+        (b, n) for b in ("softmax", "sdpa") for n in (16, 32, 64)
+    } - {("softmax", 32)}
 
 
 def test_time_on_image_grids(tmp_path):
@@ -683,18 +711,18 @@ def test_error_on_image_grids_reports_scram_search_metrics(tmp_path):
 
 
 def test_error_lists_what_did_not_fit_as_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(error_study, "available_bytes", lambda device: 1)  # room for nothing
+    monkeypatch.setattr(runner_module, "available_bytes", lambda device: 1)  # room for nothing
     csv = tmp_path / "e.csv"
     result = invoke(
-        "error", "--seq", "32", "--hashes", "8", "--trials", "1", "--heads", "1",
-        "--backends", "softmax", "--csv", csv,
+        "error", "--seq", "32", "--trials", "1", "--heads", "1",
+        "--backends", "softmax,sdpa", "--csv", csv,
     )  # fmt: skip
     assert_ok(result)
     assert "skipped: needs ~" in result.output
     df = pd.read_csv(csv)
     softmax = df[df["backend"] == "softmax"]
     assert list(softmax["status"]) == ["skipped"] and softmax["value"].isna().all()
-    assert (df[df["backend"] != "softmax"]["status"] == "ok").all()  # YOSO's rows still ran
+    assert (df[df["backend"] != "softmax"]["status"] == "ok").all()  # sdpa's rows still ran
 
 
 def test_error_reports_monte_carlo_bias_spread_and_sampler_diagnostics(tmp_path):
@@ -731,3 +759,54 @@ def test_error_image_input_mistakes(tmp_path, args, message):
     result = invoke("error", *args, "--csv", tmp_path / "e.csv")
     assert result.exit_code == 2 and message in result.output
     assert files_under(tmp_path) == []
+
+
+# ------------------------------------------------------------------ startup, isolation, reference
+
+
+def test_version_prints_the_package_version():
+    result = invoke("--version")
+    assert_ok(result)
+    assert result.stdout.strip() == f"attnbench {importlib.metadata.version('attnbench')}"
+
+
+def test_help_imports_no_heavy_library():
+    """`--help` answers at once: torch, numba, pandas and matplotlib load inside commands."""
+    code = (
+        "import sys\n"
+        "from attnbench.cli import main\n"
+        "sys.argv = ['attnbench', '--help']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('torch', 'numba', 'pandas', 'matplotlib')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    root = Path(__file__).parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    )
+    assert "Usage" in done.stdout and done.stdout.strip().endswith("[]")
+
+
+def test_time_isolate_runs_each_case_apart_with_the_same_rows(tmp_path):
+    csv = tmp_path / "r.csv"
+    args = ["time", "--seq", "16", *TINY, "--backends", "sdpa,yoso-e", "--csv", csv]
+    assert_ok(invoke(*args, "--isolate"))
+    df = pd.read_csv(csv)
+    assert (df["status"] == "ok").all()
+    assert sorted(zip(df["backend"].map(base_name), df["metric"], strict=True)) == sorted(
+        (b, m) for b in ("sdpa", "yoso-e") for m in TIME_METRICS
+    )
+
+
+def test_error_reference_option_names_the_metrics(tmp_path):
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--seq", "16", "--trials", "1", "--heads", "1", "--dim", "8",
+        "--backends", "softmax", "--reference", "yoso-e:tau=4", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert set(df["metric"]) == {f"{m}_vs_yoso_e" for m in ("radian", "rel_frobenius", "max_abs")}

@@ -1,12 +1,12 @@
 """The studies as a library: skip what cannot fit, record failures, stay reproducible."""
 
+import pytest
 import torch
 
-from attnbench import get_backend
+from attnbench import get_backend, runner
 from attnbench.backends import Backend
-from attnbench.images import grid_qkv
 from attnbench.inputs import Inputs
-from attnbench.studies import time as time_study
+from attnbench.metrics import mean_radian
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.time import TimeSpec, run_time
 
@@ -44,26 +44,20 @@ def test_out_of_memory_is_recorded_and_the_sweep_goes_on():
 def test_time_rows_keep_every_sample():
     spec = TimeSpec(seqs=[16], backends=[get_backend("sdpa")], **{**TINY, "repeats": 5})
     row = next(r for r in rows_of(run_time(spec)) if r.metric == "time_ms")
-    samples = [float(x) for x in row.samples.split()]
-    assert row.count == len(samples) == 5
+    assert row.count == len(samples(row)) == 5
     assert row.p10 <= row.value <= row.p90
 
 
 def test_error_study_is_reproducible_and_complete():
-    def run():
-        spec = ErrorSpec(
-            seqs=[16, 32],
-            hashes=[4, 16],
-            trials=2,
-            inputs=Inputs("clustered", 1, 2, 8),
-            backends=[get_backend("sdpa")],
-        )
+    def run(**options):
+        spec = ErrorSpec(seqs=[16, 32], trials=2, inputs=Inputs("clustered", 1, 2, 8), **options)
         return rows_of(run_error(spec))
 
-    first, second = run(), run()
+    first, second = run(hashes=[4, 16]), run(hashes=[4, 16])
     assert [(r.backend, r.seq, r.metric, r.value) for r in first] == [
         (r.backend, r.seq, r.metric, r.value) for r in second
     ]
+    # only hashes swept: YOSO Fig. 8, every yoso-m against yoso-e
     yoso = [r for r in first if r.metric == "radian_vs_yoso_e"]
     assert sorted((r.seq, r.backend.split(",")[0]) for r in yoso) == [
         (16, "yoso:m=16"),
@@ -71,17 +65,87 @@ def test_error_study_is_reproducible_and_complete():
         (32, "yoso:m=16"),
         (32, "yoso:m=4"),
     ]
-    assert all(r.count == 2 and len(r.samples.split()) == 2 for r in yoso)
-    sdpa = {r.metric: r.value for r in first if r.backend == "sdpa" and r.seq == 32}
+    assert all(r.count == 2 and len(samples(r)) == 2 for r in yoso)
+    assert {r.metric.partition("_vs_")[2] for r in first} == {"yoso_e"}
+
+    exact = run(backends=[get_backend("sdpa")])  # backends: against exact softmax
+    sdpa = {r.metric: r.value for r in exact if r.backend == "sdpa" and r.seq == 32}
     assert sdpa["radian_vs_softmax"] < 1e-5 and sdpa["rel_frobenius_vs_softmax"] < 1e-5
 
 
-def test_time_repeats_a_picture_over_batch_and_heads():
-    spec = TimeSpec(
-        seqs=[], grids=[(6, 5)], backends=[], batch=2, heads=3, dim=3,
-        inputs=Inputs("blobs", 2, 3, 3),
+def samples(row) -> list[float]:
+    return row.samples if isinstance(row.samples, list) else row.samples.split()
+
+
+@pytest.mark.parametrize(
+    ("options", "reference"),
+    [
+        (dict(hashes=[4]), "yoso-e:tau=8"),
+        (dict(hashes=[4], tau=5), "yoso-e:tau=5"),
+        (dict(hashes=[4], backends=["sdpa"]), "softmax"),
+        (dict(backends=["sdpa"]), "softmax"),
+        (dict(hashes=[4], reference="yoso-e:tau=4"), "yoso-e:tau=4"),
+        (dict(backends=["yoso-e"], reference="sdpa"), "sdpa"),
+    ],
+)
+def test_the_reference_is_yoso_e_for_a_hash_sweep_and_else_softmax(options, reference):
+    options["backends"] = [get_backend(b) for b in options.get("backends", [])]
+    spec = ErrorSpec(seqs=[16], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 1, 4), **options)
+    assert spec.reference == reference
+    name = reference.partition(":")[0].replace("-", "_")
+    rows = rows_of(run_error(spec))
+    assert rows and all(r.metric.endswith("_vs_" + name) for r in rows)
+
+
+def test_an_explicit_reference_is_what_every_backend_is_compared_with():
+    q, k, v = Inputs("random", 1, 2, 8).make(32, 0, torch.float32, "cpu")
+    spec = ErrorSpec(
+        seqs=[32], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 2, 8),
+        backends=[get_backend("softmax")], reference="yoso-e:tau=3",
     )  # fmt: skip
-    picture = grid_qkv("blobs", 6, 5, 3, spec.seed)
-    for got, want in zip(time_study._make_inputs(spec, 30, (6, 5)), picture, strict=True):
-        assert got.shape == (2, 3, 30, want.shape[-1]) and got.is_contiguous()
-        assert torch.equal(got, want.expand_as(got))
+    (row,) = [r for r in rows_of(run_error(spec)) if r.metric == "radian_vs_yoso_e"]
+    expected = mean_radian(get_backend("softmax")(q, k, v), get_backend("yoso-e:tau=3")(q, k, v))
+    assert row.value == pytest.approx(expected, abs=1e-6)
+
+
+class FailsAt32(Backend):
+    name = "test-fails-at-32"
+
+    def forward(self, q, k, v, mask=None):
+        if q.shape[-2] == 32:
+            raise RuntimeError(ALLOC if q.shape[-1] == 8 else "boom")
+        return v
+
+
+ALLOC = "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"
+
+
+@pytest.mark.parametrize(("dim", "status"), [(8, "oom"), (4, "error")])
+def test_a_backend_failing_in_the_error_study_gets_a_status_row_and_the_study_goes_on(dim, status):
+    spec = ErrorSpec(
+        seqs=[16, 32, 64], trials=2, mc_seeds=1, inputs=Inputs("random", 1, 1, dim),
+        backends=[FailsAt32(), get_backend("sdpa")],
+    )  # fmt: skip
+    rows = rows_of(run_error(spec))
+    failing = [r for r in rows if r.backend == "test-fails-at-32"]
+    assert [(r.seq, r.status) for r in failing if r.metric == "radian_vs_softmax"] == [
+        (16, "ok"), (32, status), (64, "ok"),
+    ]  # fmt: skip
+    assert all(r.status == "ok" for r in rows if r.backend == "sdpa")
+    assert {r.seq for r in rows if r.backend == "sdpa"} == {16, 32, 64}
+
+
+def test_time_rows_carry_the_speedup_against_the_baseline():
+    if not runner.row_has("speedup"):
+        pytest.skip("Row has no speedup column yet")
+    spec = TimeSpec(
+        seqs=[16, 32], backends=[get_backend("softmax"), get_backend("sdpa")],
+        baseline=get_backend("sdpa"), **TINY,
+    )  # fmt: skip
+    rows = rows_of(run_time(spec))
+    times = [r for r in rows if r.metric == "time_ms"]
+    assert [r.backend for r in times] == ["sdpa", "softmax"] * 2  # the baseline first
+    medians = {(r.backend, r.seq): r.value for r in times}
+    for r in times:
+        assert r.baseline == "sdpa"
+        assert r.speedup == pytest.approx(medians[("sdpa", r.seq)] / r.value)

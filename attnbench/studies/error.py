@@ -1,46 +1,55 @@
-"""The approximation-error study.
+"""The approximation-error study: every backend against a reference backend.
 
-YOSO Fig. 8: mean radian angle between YOSO-E and YOSO-m outputs for each number of hashes
-m and length n, mean +- std over trials (seeds). And for any other backend: its error
-against exact softmax computed in float64; for stochastic ones also the Monte Carlo bias
-and spread over `mc_seeds` seeds on the same inputs, and the sampler's own diagnostics
-(SNIS effective sample size, Metropolis-Hastings acceptance rate).
+A case is one backend at one length; its rows give, for each metric, the mean +- std over
+`trials` (trial t draws inputs and the backend's seed with seed + t). Metrics are named
+`<metric>_vs_<reference>`: the output's angle, relative and largest error against the
+reference's output; against exact softmax also the captured mass and TV distance of the
+backend's attention map; for a stochastic backend the Monte Carlo bias and spread over
+`mc_seeds` seeds on the same inputs; and whatever the backend reports of its own work
+(`Backend.diagnostics`: a search's hit rate, a sampler's ESS or acceptance).
+
+YOSO Fig. 8 is the sweep of `yoso:m=...` backends against `yoso-e` (radian_vs_yoso_e).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
 
+from attnbench import runner
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.softmax import softmax_weights
+from attnbench.case import Case
 from attnbench.inputs import Inputs
 from attnbench.measure.memory import available_bytes
 from attnbench.metrics import (
-    VS_SOFTMAX,
-    argmax_hit_rate,
     captured_mass,
     map_summary,
+    max_abs,
     mean_radian,
-    recall_at_k,
+    rel_frobenius,
     total_variation,
 )
 from attnbench.results import Row
-from attnbench.studies.exact import by_rows, exact_softmax, planes_of, row_blocks
-from attnbench.studies.time import HEADROOM
+from attnbench.rowblocks import by_rows, planes_of, row_blocks
+from attnbench.runner import HEADROOM, Measure, case_row, no_room
+from attnbench.studies.exact import exact_softmax
 
 # Bytes per entry of a backend's whole dense map while it is built (weights, scores and a
 # mask or two), for backends that cannot give it a block of rows at a time.
 DENSE_MAP_BYTES = 16
+EXACT = ("softmax", "sdpa")  # references computing exact softmax attention
+OUTPUT_METRICS = {"radian": mean_radian, "rel_frobenius": rel_frobenius, "max_abs": max_abs}
 
 
 @dataclass
 class ErrorSpec:
     seqs: list[int]
-    hashes: list[int]
+    hashes: list[int] = field(default_factory=list)  # adds a yoso:m=... backend per entry
     tau: int | str = 8
     trials: int = 3
     mc_seeds: int = 8  # seeds per input for a stochastic backend's bias and std
@@ -50,128 +59,159 @@ class ErrorSpec:
     device: str = "cpu"
     seed: int = 0
     grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
+    # the backend every other is compared with; None: yoso-e with `tau` when only hashes are
+    # swept (YOSO Fig. 8), exact softmax otherwise
+    reference: str | None = None
+
+    def __post_init__(self):
+        if self.grids:
+            self.seqs = [h * w for h, w in self.grids]
+        # built here so that a bad m, tau or reference fails before any work starts
+        yoso = [get_backend(f"yoso:m={m},tau={self.tau},seed={self.seed}") for m in self.hashes]
+        # a backend named twice (by --hashes and --backends) is run once
+        self.compared = list({b.spec: b for b in yoso + list(self.backends)}.values())
+        if self.reference is None:
+            only_hashes = self.hashes and not self.backends
+            self.reference = f"yoso-e:tau={self.tau}" if only_hashes else "softmax"
+        self.reference_backend = get_backend(self.reference)
 
     def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
         """(n, grid) of every case: grid None for a 1-D sequence."""
         return list(zip(self.seqs, self.grids or [None] * len(self.seqs), strict=True))
 
-    def __post_init__(self):
-        if self.grids:
-            self.seqs = [h * w for h, w in self.grids]
-        # built here so that a bad m or tau fails before any work starts
-        self.yoso_e = get_backend(f"yoso-e:tau={self.tau}")
-        self.yoso = [
-            get_backend(f"yoso:m={m},tau={self.tau},seed={self.seed}") for m in self.hashes
+    @property
+    def cases(self) -> list[Case]:
+        settings = {
+            "trials": self.trials,
+            "mc_seeds": self.mc_seeds,
+            "reference": self.reference_backend.spec,
+        }
+        source, dtype = self.inputs, str(self.dtype).removeprefix("torch.")
+        return [
+            Case(
+                "error",
+                backend,
+                source,
+                n,
+                grid,
+                source.batch,
+                source.heads,
+                source.dim,
+                dtype,
+                self.device,
+                "fwd",
+                self.seed,
+                settings,
+            )  # fmt: skip
+            for n, grid in self.layouts()
+            for backend in self.compared
         ]
 
+    def validate(self) -> None:
+        """UsageError before any work if a backend, or the reference, can never run a case."""
+        cases = self.cases
+        runner.validate(cases)
+        for case in cases:
+            self.reference_backend.validate(case)
+
     @property
-    def steps(self) -> int:
-        return len(self.seqs) * self.trials
+    def measure(self) -> Measure:
+        return Measure(measure, "radian" + suffix(self.reference_backend), "rad")
+
+
+def suffix(reference: Backend) -> str:
+    """What metric names end with: `_vs_softmax`, `_vs_yoso_e`."""
+    return "_vs_" + reference.name.replace("-", "_")
 
 
 def run_error(
-    spec: ErrorSpec, on_step: Callable[[str], None] = lambda _: None
+    spec: ErrorSpec,
+    on_case: Callable[[Case], None] = lambda _: None,
+    sink=None,
+    executor: runner.Executor | None = None,
 ) -> Iterator[list[Row]]:
-    """Yield, for each length, the rows of every backend once all its trials are done.
-
-    Trial t draws inputs with seed `seed + t` (generated inputs) and hashes with the same
-    seed, so each trial is an independent, reproducible draw. The dense references go a
-    block of query rows at a time (`exact`); a backend, or a dense attention map, that is
-    predicted not to fit in memory is recorded as skipped instead of run.
-    """
-    yoso_e, yoso = spec.yoso_e, spec.yoso
-    for n, grid in spec.layouts():
-        errors: dict[tuple[str, str], list[float]] = {}
-        skipped: dict[tuple[str, str], str] = {}
-        impl: dict[str, str] = {}
-        for trial in range(spec.trials):
-            on_step(f"n={n} trial {trial + 1}/{spec.trials}")
-            seed = spec.seed + trial
-            q, k, v = spec.inputs.make(n, seed, spec.dtype, spec.device, grid)
-            with torch.no_grad():
-                expected = by_rows(yoso_e, q, k, v)
-                for backend in yoso:
-                    trial_backend = backend.with_values(seed=seed)
-                    errors.setdefault((backend.spec, "radian_vs_yoso_e"), []).append(
-                        mean_radian(trial_backend(q, k, v), expected)
-                    )
-                    impl[backend.spec] = trial_backend.impl(spec.device)
-                if spec.backends:
-                    reference = exact_softmax(q, k, v)
-                for backend in spec.backends:
-                    trial_backend = (
-                        backend.with_values(seed=seed) if backend.stochastic else backend
-                    )
-                    impl[backend.spec] = trial_backend.impl(spec.device)
-                    if trial == 0:  # decided once, so every trial of a case does the same
-                        _decide_skips(backend, q, spec.device, skipped)
-                    if (backend.spec, "rel_frobenius_vs_softmax") in skipped:
-                        continue
-                    out = trial_backend(q, k, v, grid=grid)
-                    found = {metric: fn(out, reference) for metric, fn in VS_SOFTMAX.items()}
-                    found |= _sampler_metrics(trial_backend)
-                    if (backend.spec, "captured_mass_vs_softmax") not in skipped:
-                        found |= _map_metrics(trial_backend, q, k, grid)
-                    found |= _search_metrics(trial_backend, q, k, grid)
-                    if backend.stochastic and spec.mc_seeds > 1:
-                        first = seed * spec.mc_seeds
-                        seeds = range(first, first + spec.mc_seeds)
-                        found |= _monte_carlo_metrics(backend, q, k, v, reference, grid, seeds)
-                    for metric, value in found.items():
-                        errors.setdefault((backend.spec, metric), []).append(value)
-        yield [
-            _row(spec, n, grid, name, impl[name], metric, values)
-            for (name, metric), values in errors.items()
-        ] + [
-            _row(spec, n, grid, name, impl[name], metric, [], skip_reason=reason)
-            for (name, metric), reason in skipped.items()
-        ]
+    """Yield the rows of each case (a backend at a length, all its trials) as it ends."""
+    spec.validate()
+    yield from runner.run(spec.cases, spec.measure, executor, sink, on_case)
 
 
-def _decide_skips(backend: Backend, q, device: str, skipped: dict) -> None:
-    """Record in `skipped` what of `backend` would not fit in memory on inputs like q: its
-    forward (by `predicted_bytes`), or else a dense map it cannot give in row blocks."""
-    free = available_bytes(device)
+def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
+    reference = get_backend(case.settings["reference"])
+    vs = suffix(reference)
+    exact = reference.name in EXACT
+    trials, mc_seeds = case.settings["trials"], case.settings["mc_seeds"]
+    skipped = {} if not exact else _map_skips(case, vs)
+    found: dict[str, list[float]] = {}
+    for trial in range(trials):
+        seed = case.seed + trial
+        q, k, v = inputs(seed)
+        backend = _seeded(case.backend, seed)
+        with torch.no_grad():
+            make = partial(_reference, reference, q, k, v, case)
+            expected = inputs.memo(("reference", reference.spec, seed), make)
+            out = backend(q, k, v, grid=case.grid)
+            metrics = {name + vs: fn(out, expected) for name, fn in OUTPUT_METRICS.items()}
+            if exact and not skipped:
+                metrics |= _map_metrics(backend, q, k, case.grid, vs)
+            metrics |= backend.diagnostics(q, k, v, case.grid)
+            if backend.stochastic and mc_seeds > 1:
+                seeds = range(seed * mc_seeds, (seed + 1) * mc_seeds)
+                metrics |= _monte_carlo(case.backend, q, k, v, expected, case.grid, seeds, vs)
+        for metric, value in metrics.items():
+            found.setdefault(metric, []).append(value)
+    rows = [_row(case, metric, values) for metric, values in found.items()]
+    return rows + [
+        case_row(case, metric, unit=_unit(metric), status="skipped", reason=reason)
+        for metric, reason in skipped.items()
+    ]
 
-    def no_room(need: int) -> str:
-        return f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
 
-    forward = backend.predicted_bytes(*q.shape, q.element_size())
-    if forward > HEADROOM * free:
-        skipped[(backend.spec, "rel_frobenius_vs_softmax")] = no_room(forward)
-        return
-    dense_map = DENSE_MAP_BYTES * planes_of(q) * q.shape[-2] ** 2
-    if not backend.map_in_blocks and dense_map > HEADROOM * free:
-        skipped[(backend.spec, "captured_mass_vs_softmax")] = "attention map " + no_room(dense_map)
+def _seeded(backend: Backend, seed: int) -> Backend:
+    """A stochastic backend with the trial's seed, so each trial is an independent draw."""
+    if backend.stochastic and "seed" in backend.params:
+        return backend.with_values(seed=seed)
+    return backend
 
 
-def _sampler_metrics(backend: Backend) -> dict[str, float]:
-    """The diagnostics a sampler recorded on its last call (SCRAM's SNIS and MH)."""
-    found = {}
-    for attr, metric in (("last_ess", "ess"), ("last_acceptance", "acceptance_rate")):
-        value = getattr(backend, attr, None)
-        if value is not None:
-            found[metric] = float(value)
-    return found
+def _reference(reference: Backend, q, k, v, case: Case) -> torch.Tensor:
+    """The reference output in float64 a block of query rows at a time where its rows depend
+    on their own query alone (a non-spatial backend with row-block maps), else whole."""
+    if reference.name in EXACT:
+        return exact_softmax(q, k, v)
+    if reference.map_in_blocks and not reference.spatial:
+        return by_rows(reference, q.double(), k.double(), v.double())
+    return reference(q, k, v, grid=case.grid).double()
 
 
-def _monte_carlo_metrics(backend: Backend, q, k, v, reference, grid, seeds) -> dict[str, float]:
+def _map_skips(case: Case, vs: str) -> dict[str, str]:
+    """The map metrics skipped, with the reason, when the backend's whole dense map (it has
+    no row blocks) would not fit in memory."""
+    if case.backend.map_in_blocks:
+        return {}
+    need = DENSE_MAP_BYTES * case.batch * case.heads * case.n**2
+    free = available_bytes(case.device)
+    if need <= HEADROOM * free:
+        return {}
+    return {"captured_mass" + vs: "attention map " + no_room(need, free)}
+
+
+def _monte_carlo(backend: Backend, q, k, v, expected, grid, seeds, vs: str) -> dict[str, float]:
     """Bias and spread of a stochastic backend over seeds on fixed inputs, relative to the
-    exact output: |mean_s o_s - o| / |o| and sqrt(sum of per-entry variances) / |o|."""
+    reference output: |mean_s o_s - o| / |o| and sqrt(sum of per-entry variances) / |o|."""
     outs = torch.stack([backend.with_values(seed=s)(q, k, v, grid=grid).double() for s in seeds])
-    norm = reference.norm()
+    norm = expected.norm()
     return {
-        "mc_bias_vs_softmax": float((outs.mean(0) - reference).norm() / norm),
-        "mc_std_vs_softmax": float(outs.var(0, unbiased=True).sum().sqrt() / norm),
+        "mc_bias" + vs: float((outs.mean(0) - expected).norm() / norm),
+        "mc_std" + vs: float(outs.var(0, unbiased=True).sum().sqrt() / norm),
     }
 
 
-def _map_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
+def _map_metrics(backend: Backend, q, k, grid, vs: str = "_vs_softmax") -> dict[str, float]:
     """Captured mass and TV distance, for backends that can show their attention map,
     reduced a block of query rows at a time against the same rows of softmax's map."""
     n, planes = q.shape[-2], planes_of(q)
     k64 = k.double()
-    # per-row results go straight into preallocated rows (see `exact.by_rows` for why)
+    # per-row results go straight into preallocated rows (see `rowblocks.by_rows` for why)
     mass = torch.empty(q.shape[:-1], dtype=torch.float64, device=q.device)
     tv = torch.empty_like(mass)
     try:
@@ -184,83 +224,29 @@ def _map_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
                 tv[..., at] = total_variation(exact, weights[..., sub, :])
     except NotImplementedError:
         return {}
-    return map_summary(mass, tv)
+    return {m.removesuffix("_vs_softmax") + vs: x for m, x in map_summary(mass, tv).items()}
 
 
-def _search_metrics(backend: Backend, q, k, grid) -> dict[str, float]:
-    """For backends that search keys (SCRAM's PatchMatch): argmax hit rate and recall@kappa
-    against brute force (top-kappa, or greedy suppression with separation L for modes)."""
-    if not hasattr(backend, "matches"):
-        return {}
-    from attnbench.backends.registry import token_grid
-    from attnbench.kernels.patchmatch import reference
-
-    b, h, n, d = q.shape
-    height, width = token_grid(grid, n)
-    found, scores = backend.matches(q, k, (height, width))
-    qf, kf = q.reshape(b * h, n, d), k.reshape(b * h, n, d)
-    kappa = found.shape[-1]
-    if backend.values.get("variant") == "mode":
-        L = backend.values["L"]
-        truth = by_rows(lambda q, k: reference.topk_mode(q, k, height, width, kappa, L)[0], qf, kf)
-    else:
-        truth = by_rows(lambda q, k: reference.topk_max(q, k, kappa)[0], qf, kf)
-    best = by_rows(lambda q, k: reference.scores(q, k).amax(-1, keepdim=True), qf, kf)
-    return {
-        "argmax_hit_rate": argmax_hit_rate(scores[..., 0], best[..., 0]),
-        "recall_at_kappa": recall_at_k(found.long(), truth),
-    }
+UNITS = {"radian": "rad", "max_abs": "abs", "ess": "samples"}
 
 
-UNITS = {
-    "radian": "rad",
-    "rel_frobenius": "",
-    "max_abs": "abs",
-    "captured_mass": "",
-    "captured_mass_p5": "",
-    "tv": "",
-    "argmax_hit_rate": "",
-    "recall_at_kappa": "",
-    "mc_bias": "",
-    "mc_std": "",
-    "ess": "samples",
-    "acceptance_rate": "",
-}
+def _unit(metric: str) -> str:
+    return UNITS.get(metric.partition("_vs_")[0], "")
 
 
-def _row(
-    spec: ErrorSpec, n: int, grid, backend: str, impl: str, metric: str, values,
-    skip_reason: str = "",
-):  # fmt: skip
-    """The row of one (backend, metric) case: mean, std and spread over trials, or, with a
-    `skip_reason`, a skipped row without values."""
+def _row(case: Case, metric: str, values: list[float]) -> Row:
+    """Mean, std and spread of one metric over the trials."""
     vals = np.asarray(values, dtype=np.float64)
-    case = dict(
-        study="error",
-        backend=backend,
-        impl=impl,
-        device=spec.device,
-        dtype=str(spec.dtype).removeprefix("torch."),
-        mode="fwd",
-        inputs=spec.inputs.label if grid is None else f"{spec.inputs.label} {grid[0]}x{grid[1]}",
-        batch=spec.inputs.batch,
-        heads=spec.inputs.heads,
-        seq=n,
-        dim=spec.inputs.dim,
-        metric=metric,
-        unit=UNITS[metric.partition("_vs_")[0]],
-    )
-    if skip_reason:
-        return Row(**case, status="skipped", reason=skip_reason)
-    return Row(
-        **case,
+    first = case.seed
+    return case_row(
+        case,
+        metric,
+        unit=_unit(metric),
         value=float(vals.mean()),
         std=float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
         count=len(vals),
         p10=float(np.percentile(vals, 10)),
         p90=float(np.percentile(vals, 90)),
-        samples=" ".join(f"{x:.6g}" for x in vals),
-        reason=f"trials use seeds {spec.seed}..{spec.seed + len(vals) - 1}"
-        if len(vals) > 1
-        else "",
+        samples=[float(x) for x in vals],
+        method=f"vs {case.settings['reference']}, trial seeds {first}..{first + len(vals) - 1}",
     )

@@ -1,7 +1,8 @@
 """Attention maps (YOSO Fig. 6, SCRAM Figs. 2-3): what each method does to the map.
 
 Every backend draws its dense map on the same inputs: the full n x n map of a short
-sequence (or image laid out row-major), or one query's map over the key image.
+sequence (or image laid out row-major), or one query's map over the key image. A case is
+one backend; one that fails gets a status row and the other maps are still drawn.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
+from attnbench import runner
 from attnbench.backends import Backend
+from attnbench.case import Case
 from attnbench.errors import UsageError
-from attnbench.images import grid_qkv
 from attnbench.inputs import Inputs
+from attnbench.results import Row
+from attnbench.runner import Measure
 
 MAX_TOKENS = 4096  # dense maps are n x n
 
@@ -35,27 +39,56 @@ class MapsSpec:
             y, x = self.query
             if not (0 <= y < height and 0 <= x < width):
                 raise UsageError(f"--query {y},{x} is outside the {height}x{width} grid")
+        self.inputs = Inputs(self.source, 1, 1, self.dim)
+
+    @property
+    def cases(self) -> list[Case]:
+        height, width = self.grid
+        settings = {"query": list(self.query) if self.query else None}
+        return [
+            Case(
+                "maps",
+                backend,
+                self.inputs,
+                height * width,
+                self.grid,
+                1,
+                1,
+                self.dim,
+                "float32",
+                "cpu",
+                "fwd",
+                self.seed,
+                settings,
+            )  # fmt: skip
+            for backend in self.backends
+        ]
 
 
-def make_inputs(spec: MapsSpec) -> list[torch.Tensor]:
-    height, width = spec.grid
-    if spec.source in ("random", "clustered"):
-        return Inputs(spec.source, 1, 1, spec.dim).make(
-            height * width, spec.seed, torch.float32, "cpu"
-        )
-    return list(grid_qkv(spec.source, height, width, spec.dim, spec.seed))
-
-
-def attention_maps(spec: MapsSpec) -> dict[str, torch.Tensor]:
-    """label -> map: [n, n] (no query) or [H, W] (the query's row), float64."""
-    q, k, _ = make_inputs(spec)
-    height, width = spec.grid
-    maps = {}
+def measure(case: Case, inputs: runner.CaseInputs) -> list[tuple[str, torch.Tensor]]:
+    """(label, map): [n, n] (no query) or [H, W] (the query's row), float64."""
+    q, k, _ = inputs()
     with torch.no_grad():
-        for backend in spec.backends:
-            amap = backend.map_of(q, k, grid=spec.grid)[0, 0].double()
-            if spec.query is not None:
-                y, x = spec.query
-                amap = amap[y * width + x].view(height, width)
-            maps[backend.label] = amap
+        amap = case.backend.map_of(q, k, grid=case.grid)[0, 0].double()
+    if case.settings["query"] is not None:
+        y, x = case.settings["query"]
+        height, width = case.grid
+        amap = amap[y * width + x].view(height, width)
+    return [(case.backend.label, amap)]
+
+
+MAPS = Measure(measure, "attention_map")
+
+
+def attention_maps(spec: MapsSpec, failed: list[Row] | None = None) -> dict[str, torch.Tensor]:
+    """label -> map of every backend that drew one; the others' status rows go to `failed`."""
+    maps = {}
+    for results in runner.run(spec.cases, MAPS):
+        for result in results:
+            if isinstance(result, Row):
+                if failed is not None:
+                    failed.append(result)
+            else:
+                label, amap = result
+                maps[label] = amap
     return maps

@@ -1,7 +1,8 @@
 """The efficiency study (YOSO Fig. 7, SCRAM Fig. 4): runtime and peak memory vs length.
 
-One case is one backend at one length. Inputs are made once per length, outside every
-timed region, and shared by all backends; each case yields its rows as soon as it ends.
+One case is one backend at one length. The runner builds the inputs once per length, outside
+every timed region, and shares them between the backends; the `baseline` backend runs first
+at each length so every later row can carry its speed-up against it.
 Most backends take the same time on any inputs; a searching one (scram) does not, since
 PatchMatch stops retrying lists that have settled, which happens early on a coherent image
 and late on random vectors: `inputs` picks what to time on.
@@ -15,16 +16,17 @@ from functools import partial
 
 import torch
 
+from attnbench import runner
 from attnbench.backends import Backend
+from attnbench.case import MODES, Case
 from attnbench.inputs import Inputs
-from attnbench.measure import is_cuda
-from attnbench.measure.memory import available_bytes, peak_memory
+from attnbench.measure.memory import peak_memory
 from attnbench.measure.timing import time_call
 from attnbench.results import Row
+from attnbench.runner import Measure, case_row
 
-MODES = ("fwd", "bwd", "fwdbwd")
+__all__ = ["MODES", "TIME", "TimeSpec", "measure", "run_time"]
 MIB = 1024 * 1024
-HEADROOM = 0.8  # a case may use at most this share of the free memory
 
 
 @dataclass
@@ -42,6 +44,7 @@ class TimeSpec:
     seed: int = 0
     grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
     inputs: Inputs | None = None  # None: random; a file's shape sets batch, heads and dim
+    baseline: Backend | None = None  # speed-ups are against this backend, when it runs
 
     def __post_init__(self):
         if self.grids:
@@ -56,105 +59,103 @@ class TimeSpec:
         return list(zip(self.seqs, self.grids or [None] * len(self.seqs), strict=True))
 
     @property
-    def cases(self) -> int:
-        return len(self.seqs) * len(self.backends)
+    def cases(self) -> list[Case]:
+        """Every backend at every length, the baseline first at each length; an image is
+        repeated over batch and heads."""
+        base = self.baseline.spec if self.baseline else None
+        backends = sorted(self.backends, key=lambda b: b.spec != base)
+        settings = {"repeats": self.repeats, "warmup": self.warmup}
+        dtype = str(self.dtype).removeprefix("torch.")
+        return [
+            Case(
+                "time",
+                backend,
+                self.inputs,
+                n,
+                grid,
+                self.batch,
+                self.heads,
+                self.dim,
+                dtype,
+                self.device,
+                self.mode,
+                self.seed,
+                settings,
+            )  # fmt: skip
+            for n, grid in self.layouts()
+            for backend in backends
+        ]
+
+
+def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
+    """Median time of the call (every sample kept), its first call, and its peak memory."""
+    call = _timed_call(partial(case.backend, grid=case.grid), inputs(), case.mode)
+    timing = time_call(call, case.device, case.settings["repeats"], case.settings["warmup"])
+    memory = peak_memory(call, case.device)
+    settled = getattr(timing, "settled", getattr(timing, "stable", True))
+    return [
+        case_row(
+            case,
+            "time_ms",
+            value=timing.median,
+            unit="ms",
+            p10=timing.p10,
+            p90=timing.p90,
+            count=len(timing.samples_ms),
+            samples=list(timing.samples_ms),
+            method=timing.timer,
+            reason="" if settled else "warm-up did not settle within the cap",
+        ),
+        case_row(case, "first_call_ms", value=timing.first_call_ms, unit="ms", count=1),
+        case_row(
+            case,
+            "peak_mib",
+            value=memory.bytes / MIB,
+            unit="MiB",
+            count=1,
+            method=memory.method,
+            **_method_in_reason(memory.method),
+        ),
+    ]
+
+
+def _method_in_reason(method: str) -> dict:
+    """Until rows have a `method` column, the memory method stays in `reason`."""
+    return {} if runner.row_has("method") else {"reason": f"method={method}"}
+
+
+TIME = Measure(measure, "time_ms", "ms")
+
+
+class Speedups:
+    """`finish` hook: each ok time row gets the baseline's median / its own at that length
+    (the baseline runs first at each length, so its median is known by then)."""
+
+    def __init__(self, baseline: Backend | None):
+        self.baseline = baseline.spec if baseline else None
+        self.medians: dict[tuple, float] = {}
+
+    def __call__(self, case: Case, rows: list[Row]) -> list[Row]:
+        time = next((r for r in rows if r.metric == "time_ms" and r.status == "ok"), None)
+        if self.baseline is None or time is None:
+            return rows
+        where = (case.n, case.grid)
+        if case.backend.spec == self.baseline:
+            self.medians[where] = time.value
+        if where in self.medians and hasattr(time, "speedup"):
+            time.speedup = self.medians[where] / time.value
+            time.baseline = self.baseline
+        return rows
 
 
 def run_time(
-    spec: TimeSpec, on_case: Callable[[str], None] = lambda _: None
+    spec: TimeSpec,
+    on_case: Callable[[Case], None] = lambda _: None,
+    sink=None,
+    executor: runner.Executor | None = None,
 ) -> Iterator[list[Row]]:
     """Yield the rows of each finished case, one case at a time."""
-    for n, grid in spec.layouts():
-        qkv = None
-        for backend in spec.backends:
-            on_case(f"{backend.spec} n={n}" + (f" ({grid[0]}x{grid[1]})" if grid else ""))
-            row = partial(_row, spec, backend, n, grid)
-            reason = _skip_reason(spec, backend, n)
-            if reason:
-                yield [row("time_ms", unit="ms", status="skipped", reason=reason)]
-                continue
-            if qkv is None:
-                qkv = _make_inputs(spec, n, grid)
-            try:
-                call = _timed_call(partial(backend, grid=grid), qkv, spec.mode)
-                timing = time_call(call, spec.device, spec.repeats, spec.warmup)
-                memory = peak_memory(call, spec.device)
-            except (torch.OutOfMemoryError, MemoryError) as exc:
-                _release(spec.device)
-                yield [row("time_ms", unit="ms", status="oom", reason=_one_line(exc))]
-                continue
-            except Exception as exc:  # noqa: BLE001 - record it and go on with the sweep
-                _release(spec.device)
-                yield [
-                    row(
-                        "time_ms",
-                        unit="ms",
-                        status="error",
-                        reason=f"{type(exc).__name__}: {_one_line(exc)}",
-                    )
-                ]
-                continue
-            note = "" if timing.stable else "warm-up did not settle within the cap"
-            yield [
-                row(
-                    "time_ms",
-                    value=timing.median,
-                    unit="ms",
-                    p10=timing.p10,
-                    p90=timing.p90,
-                    count=len(timing.samples_ms),
-                    reason=note,
-                    samples=" ".join(f"{s:.6g}" for s in timing.samples_ms),
-                ),
-                row("first_call_ms", value=timing.first_call_ms, unit="ms", count=1),
-                row(
-                    "peak_mib",
-                    value=memory.bytes / MIB,
-                    unit="MiB",
-                    count=1,
-                    reason=f"method={memory.method}",
-                ),
-            ]
-
-
-def _make_inputs(spec: TimeSpec, n: int, grid) -> list[torch.Tensor]:
-    """q, k, v of one length; an image (one picture) is repeated over batch and heads."""
-    qkv = spec.inputs.make(n, spec.seed, spec.dtype, spec.device, grid)
-    if spec.inputs.on_grid:
-        qkv = [t.expand(spec.batch, spec.heads, -1, -1).contiguous() for t in qkv]
-    return qkv
-
-
-def _row(spec: TimeSpec, backend: Backend, n: int, grid, metric: str, **fields) -> Row:
-    return Row(
-        study="time",
-        backend=backend.spec,
-        impl=backend.impl(spec.device),
-        device=spec.device,
-        dtype=str(spec.dtype).removeprefix("torch."),
-        mode=spec.mode,
-        inputs=spec.inputs.label if grid is None else f"{spec.inputs.label} {grid[0]}x{grid[1]}",
-        batch=spec.batch,
-        heads=spec.heads,
-        seq=n,
-        dim=spec.dim,
-        metric=metric,
-        **fields,
-    )
-
-
-def _skip_reason(spec: TimeSpec, backend: Backend, n: int) -> str:
-    device_kind = "cuda" if is_cuda(spec.device) else spec.device
-    if device_kind not in backend.devices:
-        return f"{backend.name} does not run on {spec.device}"
-    if spec.mode != "fwd" and not backend.backward:
-        return f"{backend.name} has no backward pass"
-    itemsize = torch.empty((), dtype=spec.dtype).element_size()
-    need = backend.predicted_bytes(spec.batch, spec.heads, n, spec.dim, itemsize)
-    free = available_bytes(spec.device)
-    if need > HEADROOM * free:
-        return f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
-    return ""
+    yield from runner.run(spec.cases, TIME, executor, sink, on_case, Speedups(spec.baseline))
 
 
 def _timed_call(backend: Callable, qkv: list[torch.Tensor], mode: str) -> Callable[[], object]:
@@ -189,13 +190,3 @@ def _timed_call(backend: Callable, qkv: list[torch.Tensor], mode: str) -> Callab
         backend(*leaves).backward(grad_out)
 
     return forward_backward
-
-
-def _release(device: str) -> None:
-    if is_cuda(device):
-        torch.cuda.empty_cache()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

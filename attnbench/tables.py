@@ -1,0 +1,83 @@
+"""The rich tables the commands print: backends, and the rows of a time or error run."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def _label(spec: str) -> str:
+    """The backend's short display name ("yoso-32"), or the spec if it no longer parses."""
+    from attnbench.backends import get_backend
+    from attnbench.errors import UsageError
+
+    try:
+        return get_backend(spec).label
+    except UsageError:
+        return spec
+
+
+def _status(row) -> str:
+    return f"{row.status}: {row.reason}" if row.reason else row.status
+
+
+def backends_table(classes: dict) -> Table:
+    table = Table(title="attnbench backends")
+    for column in ("name", "parameters (defaults)", "complexity", "devices", "backward", "about"):
+        table.add_column(column)
+    for name, cls in classes.items():
+        params = ", ".join(f"{k}={p.default}" for k, p in cls.params.items()) or "-"
+        if cls.shorthand:
+            params += f"  ({name}-N sets {cls.shorthand})"
+        table.add_row(
+            name,
+            params,
+            cls.complexity,
+            ", ".join(cls.devices),
+            "yes" if cls.backward else "no",
+            cls.summary,
+        )
+    return table
+
+
+def time_table(rows: list, baseline) -> Table:
+    """A line per backend and length: median, spread, peak memory, speed-up, status."""
+    table = Table(title="attnbench time")
+    for column in ("backend", "n", "median ms", "p10-p90 ms", "peak MiB"):
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    table.add_column(f"speed-up vs {baseline.label}", justify="right")
+    table.add_column("status")
+    times = {(r.backend, r.seq, r.inputs): r for r in rows if r.metric == "time_ms"}
+    peaks = {(r.backend, r.seq, r.inputs): r.value for r in rows if r.metric == "peak_mib"}
+    base = {
+        (n, inputs): r.value
+        for (b, n, inputs), r in times.items()
+        if r.status == "ok" and b == baseline.spec
+    }
+    for (backend, n, inputs), r in times.items():
+        ok = r.status == "ok"
+        speedup = getattr(r, "speedup", None)
+        if speedup is None and ok and (n, inputs) in base:
+            speedup = base[(n, inputs)] / r.value
+        peak = peaks.get((backend, n, inputs))
+        table.add_row(
+            _label(backend),
+            str(n),
+            f"{r.value:.3f}" if ok else "-",
+            f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
+            f"{peak:.1f}" if peak is not None else "-",
+            f"{speedup:.2f}x" if speedup else "-",
+            _status(r),
+        )
+    return table
+
+
+def error_table(rows: list) -> Table:
+    table = Table(title="attnbench error (mean +- std over trials)")
+    for column in ("backend", "n", "metric", "value", "std"):
+        table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
+    for r in rows:
+        if r.status != "ok":
+            table.add_row(_label(r.backend), str(r.seq), r.metric, _status(r), "")
+            continue
+        table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
+    return table
