@@ -340,6 +340,30 @@ def plot_cmd(
     console.print(f"wrote {out}")
 
 
+@app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., help="the reference result file (CSV or JSON)"),
+    b: Path = typer.Argument(..., help="the result file to judge against it"),
+    fail_above: str = typer.Option(
+        None, "--fail-above", help="exit 1 if a case is significantly slower by more, e.g. 5%"
+    ),
+    markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
+) -> None:
+    """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval."""
+    from attnbench import compare
+
+    threshold = None if fail_above is None else compare.parse_threshold(fail_above)
+    comparison = compare.compare_files(a, b)
+    if markdown:
+        typer.echo(compare.render_markdown(comparison) + "\n")
+    else:
+        console.print(compare.render_table(comparison))
+    for line in compare.summary(comparison, threshold):
+        typer.echo(line)
+    if comparison.failures(threshold):
+        raise typer.Exit(1)
+
+
 @app.command("run")
 def run_cmd(
     profile: Path = typer.Argument(..., help="a study file from profiles/, e.g. yoso-fig8.toml"),
