@@ -241,8 +241,8 @@ def _rows(comparison: Comparison) -> list[tuple[str, ...]]:
             (
                 _label(c.key["backend"]),
                 _case_text(c.key, columns),
-                f"{c.a_median:.4g}",
-                f"{c.b_median:.4g}",
+                f"{c.a_median:.3f}",
+                f"{c.b_median:.3f}",
                 f"{c.ratio:.3f}",
                 "-" if c.low is None else f"{c.low:.3f}-{c.high:.3f}",
                 c.verdict,
