@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from attnbench.backends import Backend, backend_classes, get_backend, parse_backends
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
+from attnbench.interrupts import Terminated, sigterm_as_interrupt
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.env import environment
 from attnbench.measure.threads import set_threads
@@ -33,6 +34,7 @@ from attnbench.spec import (
     parse_sizes,
     positive,
     resolve_device,
+    writable_file,
 )
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.maps import MapsSpec, attention_maps
@@ -47,14 +49,16 @@ class OneLineErrors(TyperGroup):
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with sigterm_as_interrupt() as sigterm:
+                code = super().main(*args, standalone_mode=False, **kwargs)
             if code == 130:  # typer turns Ctrl-C into exit code 130 without a word
                 typer.echo("interrupted", err=True)
+                code = 143 if sigterm.received else 130  # 128 + SIGTERM, as a shell reports
         except UsageError as exc:
             code = _one_line_error(str(exc))
-        except (typer.Abort, KeyboardInterrupt):
+        except (typer.Abort, KeyboardInterrupt) as exc:
             typer.echo("interrupted", err=True)
-            code = 130
+            code = 143 if isinstance(exc, Terminated) else 130
         except Exception as exc:
             if not hasattr(exc, "format_message"):  # not an option-parsing error: a real bug
                 raise
@@ -88,6 +92,8 @@ def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
         output_path(json, "--json", OUT_SUFFIXES["json"]),
         output_path(plot, "--plot", OUT_SUFFIXES["plot"]),
     )
+    if csv is not None:
+        writable_file(env_sidecar(csv), "--csv")
     if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
         raise UsageError(f"--json: {json} is where --csv keeps its environment record")
     return paths
@@ -120,8 +126,7 @@ def _run_study(
             started += 1
 
         for batch in study(on_step):
-            for row in batch:
-                sink.add(row)
+            sink.add_case(batch)
         progress.update(task, completed=total)
 
 
@@ -202,8 +207,8 @@ def time_cmd(
     baseline_backend = get_backend(baseline)
     csv, json, plot = _outputs(csv, json, plot)
     steady_allocator()
-    sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
-    _run_study(partial(run_time, spec), spec.cases, sink)
+    with ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json) as sink:
+        _run_study(partial(run_time, spec), spec.cases, sink)
     console.print(_time_table(sink.rows, baseline_backend))
     _finish(sink, plot)
 
@@ -304,8 +309,8 @@ def error_cmd(
         seed=seed,
     )
     csv, json, plot = _outputs(csv, json, plot)
-    sink = ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json)
-    _run_study(partial(run_error, spec), spec.steps, sink)
+    with ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json) as sink:
+        _run_study(partial(run_error, spec), spec.steps, sink)
     console.print(_error_table(sink.rows))
     _finish(sink, plot)
 

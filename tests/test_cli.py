@@ -565,7 +565,8 @@ class _HalfWriter:
 
 
 def test_interrupt_during_a_write_leaves_the_previous_complete_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(results_module, "os", _OsWithHalfWrites(interrupt_at_rows=4))
+    # a case's three rows are committed together: the write of the second case is cut
+    monkeypatch.setattr(results_module, "os", _OsWithHalfWrites(interrupt_at_rows=6))
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     result = invoke(
         "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--csv", csv, "--json", js
