@@ -462,10 +462,10 @@ def _as_v2(df: pd.DataFrame) -> pd.DataFrame:
         no_grid = old & df["grid_h"].isna()
         df[["grid_h", "grid_w"]] = df[["grid_h", "grid_w"]].astype(object)
         df.loc[no_grid, ["grid_h", "grid_w"]] = grid[no_grid].to_numpy()
-        found = df["reason"].fillna("").astype(str).str.extract(_V1_METHOD)
+        found = df["reason"].astype(object).fillna("").astype(str).str.extract(_V1_METHOD)
         method = found["method"].fillna(found["trials"])
         moved = old & method.notna()
-        df["method"] = df["method"].astype(object)
+        df[["method", "reason"]] = df[["method", "reason"]].astype(object)
         df.loc[moved, "method"] = method[moved]
         df.loc[moved, "reason"] = ""
     for name in _INT_COLUMNS:

@@ -55,8 +55,19 @@ def time_rows(
     return rows
 
 
+V1_COLUMNS = [
+    "study", "backend", "impl", "device", "dtype", "mode", "inputs", "batch", "heads", "seq",
+    "dim", "metric", "value", "unit", "p10", "p90", "std", "count", "samples", "status",
+    "reason", "schema_version",
+]  # fmt: skip
+
+
 def write_v1(path: Path, rows: list[Row]) -> Path:
-    rows_frame(rows).to_csv(path, index=False)
+    """Schema 1 as it was written: these columns only, samples space-separated."""
+    frame = rows_frame(rows)
+    frame["samples"] = [" ".join(f"{x:.6g}" for x in parse_samples(r.samples)) for r in rows]
+    frame["schema_version"] = 1
+    frame[V1_COLUMNS].to_csv(path, index=False)
     return path
 
 
@@ -65,7 +76,7 @@ def v2_records(rows: list[Row]) -> list[dict]:
     records = []
     for r in rows:
         record = asdict(r) | {"schema_version": 2, "method": "", "grid_h": None, "grid_w": None}
-        record["samples"] = [float(s) for s in r.samples.split()]
+        record["samples"] = parse_samples(r.samples)
         record |= {"run_id": "r1", "device_name": "cpu", "threads": 2, "stable": True}
         records.append(record)
     return records
