@@ -5,7 +5,6 @@ No math here. Every user mistake surfaces as one line `error: ...` and exit code
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import sys
 import tomllib
@@ -19,6 +18,7 @@ from typer.core import TyperGroup
 
 from attnbench.case import MODES
 from attnbench.errors import UsageError
+from attnbench.interrupts import Terminated, sigterm_as_interrupt
 
 if TYPE_CHECKING:
     from attnbench.inputs import Inputs
@@ -35,14 +35,16 @@ class OneLineErrors(TyperGroup):
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with sigterm_as_interrupt() as sigterm:
+                code = super().main(*args, standalone_mode=False, **kwargs)
             if code == 130:  # typer turns Ctrl-C into exit code 130 without a word
                 typer.echo("interrupted", err=True)
+                code = 143 if sigterm.received else 130  # 128 + SIGTERM, as a shell reports
         except UsageError as exc:
             code = _one_line_error(str(exc))
-        except (typer.Abort, KeyboardInterrupt):
+        except (typer.Abort, KeyboardInterrupt) as exc:
             typer.echo("interrupted", err=True)
-            code = 130
+            code = 143 if isinstance(exc, Terminated) else 130
         except Exception as exc:
             if not hasattr(exc, "format_message"):  # not an option-parsing error: a real bug
                 raise
@@ -91,13 +93,17 @@ def _main(
 def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
     from attnbench.plots import PLOT_SUFFIXES
     from attnbench.results import env_sidecar
-    from attnbench.spec import output_path
+    from attnbench.spec import output_path, writable_file
 
     paths = (
         output_path(csv, "--csv", (".csv",)),
         output_path(json, "--json", (".json",)),
         output_path(plot, "--plot", PLOT_SUFFIXES),
     )
+    if csv is not None:
+        writable_file(env_sidecar(csv), "--csv")
+    if csv is not None:
+        writable_file(env_sidecar(csv), "--csv")
     if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
         raise UsageError(f"--json: {json} is where --csv keeps its environment record")
     return paths
@@ -111,11 +117,10 @@ def _set_threads(threads: int | None) -> int:
 
 
 def _sink(env: dict, csv: Path | None, json: Path | None):
-    """The result sink, as a context that holds its outputs while the run writes them."""
+    """The result sink: a context that holds its outputs while the run writes them."""
     from attnbench.results import ResultSink
 
-    sink = ResultSink(env, csv, json)
-    return sink if hasattr(sink, "__enter__") else contextlib.nullcontext(sink)
+    return ResultSink(env, csv, json)
 
 
 def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> None:
@@ -444,6 +449,30 @@ def plot_cmd(
         raise UsageError(f"{results}: cannot read results ({exc})") from None
     plot_results(frame, out)
     console.print(f"wrote {out}")
+
+
+@app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., help="the reference result file (CSV or JSON)"),
+    b: Path = typer.Argument(..., help="the result file to judge against it"),
+    fail_above: str = typer.Option(
+        None, "--fail-above", help="exit 1 if a case is significantly slower by more, e.g. 5%"
+    ),
+    markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
+) -> None:
+    """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval."""
+    from attnbench import compare
+
+    threshold = None if fail_above is None else compare.parse_threshold(fail_above)
+    comparison = compare.compare_files(a, b)
+    if markdown:
+        typer.echo(compare.render_markdown(comparison) + "\n")
+    else:
+        console.print(compare.render_table(comparison))
+    for line in compare.summary(comparison, threshold):
+        typer.echo(line)
+    if comparison.failures(threshold):
+        raise typer.Exit(1)
 
 
 @app.command("run")

@@ -36,8 +36,6 @@ HEADROOM = 0.8  # a case may use at most this share of the available memory
 # The CPU allocator's out-of-memory is a plain RuntimeError; these phrases name it.
 OOM_PHRASES = ("can't allocate memory", "out of memory")
 
-_ROW_FIELDS = {f.name: f for f in dataclasses.fields(Row)}
-
 
 @dataclass(frozen=True)
 class Measure:
@@ -54,25 +52,10 @@ class Measure:
         return self.fn(case, inputs)
 
 
-def row_has(name: str) -> bool:
-    """Whether this version of Row has the field `name`."""
-    return name in _ROW_FIELDS
-
-
-def make_row(**fields: Any) -> Row:
-    """A Row from the fields this version of Row has: newer schema fields are dropped when
-    absent, and samples become text where Row keeps them as text."""
-    known = {k: v for k, v in fields.items() if k in _ROW_FIELDS}
-    samples = known.get("samples")
-    if isinstance(samples, list) and _ROW_FIELDS["samples"].default == "":
-        known["samples"] = " ".join(f"{s:.6g}" for s in samples)
-    return Row(**known)
-
-
 def case_row(case: Case, metric: str, **fields: Any) -> Row:
     """A row of `case`: its columns filled in once here, the measurement in `fields`."""
     backend = case.backend
-    return make_row(
+    return Row(
         study=case.study,
         backend=backend.spec,
         impl=backend.impl(case.device),
@@ -244,7 +227,7 @@ class Isolated:
                 errors="replace",
             )
             if done.returncode == 0 and out.is_file():
-                return [make_row(**row) for row in json.loads(out.read_text())]
+                return [Row(**row) for row in json.loads(out.read_text())]
         return [status_row(case, self.measure, "crashed", _crash_reason(done))]
 
 

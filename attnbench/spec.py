@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from attnbench.errors import UsageError
@@ -122,17 +123,51 @@ def resolve_device(name: str) -> str:
 
 
 def output_path(path: Path | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
-    """Check an output path before any work: known suffix, existing writable directory."""
+    """Check an output path before any work: known suffix, then `writable_file`."""
     if path is None:
         return None
     path = Path(path)
     if path.suffix.lower() not in suffixes:
         raise UsageError(f"{option}: {path} must end in one of {', '.join(suffixes)}")
+    return writable_file(path, option)
+
+
+# Room left in a file name for the hidden temp and lock files written beside an output
+# (".NAME.XXXXXXXX.tmp", ".NAME.lock", ".NAME.PID.tmp.png").
+HIDDEN_NAME_ROOM = 20
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """Check that a file can be written at `path` (an output or a sidecar such as
+    results.env.json): existing directory, not a directory itself, a name the file system
+    takes, and a probe file created and removed beside it. The probe is the real test:
+    `os.access` says yes to root on /proc, /sys and read-only mounts."""
+    path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"{option}: directory {parent} does not exist")
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    length = len(os.fsencode(path.name))
+    if length + HIDDEN_NAME_ROOM > name_max:
+        raise UsageError(
+            f"{option}: file name {path.name[:40]}... is {length} bytes; "
+            f"names here may have up to {name_max - HIDDEN_NAME_ROOM} bytes"
+        )
+    try:
+        if not parent.is_dir():
+            raise UsageError(f"{option}: directory {parent} does not exist")
+        is_dir = path.is_dir()
+    except OSError as exc:
+        raise UsageError(f"{option}: {path} ({exc.strerror})") from None
     if not os.access(parent, os.W_OK):
         raise UsageError(f"{option}: directory {parent} is not writable")
-    if path.is_dir():
+    if is_dir:
         raise UsageError(f"{option}: {path} is a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".attnbench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot create files in {parent} ({exc.strerror})") from None
     return path

@@ -135,7 +135,10 @@ def test_time_writes_csv_json_plot_and_env_sidecar(time_run):
     assert files_under(out) == ["r.csv", "r.env.json", "r.json", "x.png"]  # no temp files left
 
     df = pd.read_csv(paths["csv"])
-    assert list(df.columns) == COLUMNS
+    # the fixed columns, then each backend parameter as a column of its own
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS
+    assert {"m", "tau", "hash"} <= set(df.columns[len(COLUMNS) :])
+    assert (df.loc[df["backend"].map(base_name) == "yoso", "m"] == 32).all()
     assert (df["study"] == "time").all() and (df["status"] == "ok").all()
     assert (df["device"] == "cpu").all() and (df["mode"] == "fwd").all()
     assert (df["heads"] == 1).all() and (df["dim"] == 8).all() and (df["batch"] == 1).all()
@@ -144,7 +147,7 @@ def test_time_writes_csv_json_plot_and_env_sidecar(time_run):
     assert got == want
     times = df[df["metric"] == "time_ms"]
     assert (times["count"] == 2).all()
-    assert times["samples"].map(lambda s: len(s.split())).eq(2).all()
+    assert times["samples"].map(sample_count).eq(2).all()
     assert (times["value"] > 0).all() and (times["p10"] <= times["p90"]).all()
     assert (df.loc[df["metric"] == "first_call_ms", "value"] > 0).all()
     assert (df.loc[df["metric"] == "peak_mib", "value"] >= 0).all()
@@ -533,7 +536,7 @@ def test_interrupt_between_cases_keeps_every_complete_row(tmp_path, monkeypatch)
     assert files_under(tmp_path) == ["r.csv", "r.env.json", "r.json"]
 
     df = pd.read_csv(csv)
-    assert list(df.columns) == COLUMNS
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS
     assert sorted(df["metric"]) == sorted(TIME_METRICS)
     assert (df["backend"] == "sdpa").all() and (df["seq"] == 32).all()
     assert (df["status"] == "ok").all() and df["value"].notna().all()
@@ -586,7 +589,8 @@ class _HalfWriter:
 
 
 def test_interrupt_during_a_write_leaves_the_previous_complete_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(results_module, "os", _OsWithHalfWrites(interrupt_at_rows=4))
+    # a case's three rows are committed together: the write of the second case is cut
+    monkeypatch.setattr(results_module, "os", _OsWithHalfWrites(interrupt_at_rows=6))
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     result = invoke(
         "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--csv", csv, "--json", js
@@ -595,7 +599,7 @@ def test_interrupt_during_a_write_leaves_the_previous_complete_file(tmp_path, mo
     assert "Traceback" not in result.output
     assert files_under(tmp_path) == ["r.csv", "r.env.json", "r.json"]  # temp file removed
     df = pd.read_csv(csv)
-    assert list(df.columns) == COLUMNS and len(df) == 3
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS and len(df) == 3
     assert (df["backend"] == "sdpa").all() and sorted(df["metric"]) == sorted(TIME_METRICS)
     rows = json.loads(js.read_text())["rows"]
     assert [r["metric"] for r in rows[:3]] == list(df["metric"])

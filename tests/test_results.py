@@ -1,15 +1,34 @@
+"""Result schema 2: flat rows with parameter and condition columns, read back from schema 1
+and 2 files alike; a CSV cut off mid-row is refused."""
+
 import json
+import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
-from attnbench.results import COLUMNS, SCHEMA_VERSION, ResultSink, Row, env_sidecar, read_rows
+import attnbench.cli as cli
+from attnbench.results import (
+    COLUMNS,
+    SCHEMA_VERSION,
+    ResultSink,
+    Row,
+    env_sidecar,
+    read_rows,
+    record,
+    row_from_record,
+    rows_frame,
+)
+
+PLOTS = Path(__file__).resolve().parent.parent / "plots"
 
 
 def make_row(seq=64, metric="time_ms", value=1.5, **fields):
+    fields = {"backend": "sdpa", "samples": [1.0, 1.5, 2.0], **fields}
     return Row(
         study="time",
-        backend="sdpa",
         impl="torch",
         device="cpu",
         dtype="float32",
@@ -25,45 +44,111 @@ def make_row(seq=64, metric="time_ms", value=1.5, **fields):
         p10=1.0,
         p90=2.0,
         count=3,
-        samples="1 1.5 2",
+        **fields,
+    )
+
+
+def yoso_row(**fields):
+    return make_row(
+        backend="yoso:m=32,tau=8",
+        params={"m": 32, "tau": 8, "samples": 4, "hash": "fast"},
+        conditions={"load_before": 0.5, "load_after": 0.75, "cpu_mhz_before": 2400.0},
+        grid_h=8,
+        grid_w=8,
+        method="perf_counter_ns",
+        stable=True,
+        spread=0.05,
+        speedup=1.25,
+        baseline="sdpa",
+        case_id="c0ffee",
         **fields,
     )
 
 
 def test_schema_columns_are_stable():
+    assert SCHEMA_VERSION == 2
     assert COLUMNS[:3] == ["study", "backend", "impl"]
     assert {"metric", "value", "status", "reason", "samples", "schema_version"} <= set(COLUMNS)
+    v2 = {"method", "grid_h", "grid_w", "stable", "spread", "speedup", "baseline", "case_id"}
+    v2 |= {"fingerprint", "run_id", "device_name", "threads", "git_revision"}
+    assert v2 <= set(COLUMNS)
+    assert "params" not in COLUMNS and "conditions" not in COLUMNS
 
 
-def test_sink_rewrites_complete_files_after_every_row(tmp_path):
-    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
-    sink = ResultSink({"seed": 0}, csv, js)
-    sink.add(make_row(64))
-    assert len(pd.read_csv(csv)) == 1
-    sink.add(make_row(128))
+def test_parameters_and_conditions_are_columns_of_their_own():
+    flat = record(yoso_row())
+    assert (flat["m"], flat["tau"], flat["hash"]) == (32, 8, "fast")
+    assert flat["param_samples"] == 4  # `samples` is a fixed column
+    assert flat["samples"] == [1.0, 1.5, 2.0]
+    assert (flat["load_before"], flat["cpu_mhz_before"]) == (0.5, 2400.0)
+    assert "params" not in flat and "conditions" not in flat
+    assert list(flat)[: len(COLUMNS)] == COLUMNS
+
+
+def test_csv_round_trip_keeps_every_column(tmp_path):
+    csv = tmp_path / "r.csv"
+    with ResultSink({"seed": 0}, csv) as sink:
+        sink.add_case([yoso_row(), make_row(seq=128)])
+    text = csv.read_text()
+    assert '"[1.0, 1.5, 2.0]"' in text  # samples as a JSON list
     frame = read_rows(csv)
-    assert list(frame.columns) == COLUMNS
-    assert frame["seq"].tolist() == [64, 128]
-    assert frame["schema_version"].eq(SCHEMA_VERSION).all()
-    doc = json.loads(js.read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION and doc["env"] == {"seed": 0}
-    assert [r["seq"] for r in doc["rows"]] == [64, 128]
-    assert json.loads(env_sidecar(csv).read_text()) == {"seed": 0}
+    assert list(frame.columns[: len(COLUMNS)]) == COLUMNS
+    assert {"m", "tau", "hash", "param_samples", "load_before", "load_after"} <= set(frame)
+    assert frame["samples"].tolist() == [[1.0, 1.5, 2.0]] * 2
+    first = frame.iloc[0]
+    assert (first["m"], first["grid_h"], first["method"], first["case_id"]) == (
+        32,
+        8,
+        "perf_counter_ns",
+        "c0ffee",
+    )
+    assert bool(first["stable"]) and first["speedup"] == 1.25
+    assert math.isnan(frame.iloc[1]["m"])  # sdpa has no m
+
+    back = row_from_record(frame.iloc[0].to_dict())
+    want = yoso_row()
+    assert back.params == want.params and back.conditions == want.conditions
+    assert (back.samples, back.grid_w, back.backend) == (want.samples, 8, want.backend)
+    assert row_from_record(frame.iloc[1].to_dict()).params == {}
+
+
+def test_sink_rewrites_complete_files_after_every_case(tmp_path):
+    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
+    with ResultSink({"seed": 0}, csv, js) as sink:
+        assert json.loads(env_sidecar(csv).read_text()) == {"seed": 0}  # written up front
+        assert len(read_rows(csv)) == 0
+        sink.add(make_row(64))
+        assert len(pd.read_csv(csv)) == 1
+        sink.add_case([make_row(128), make_row(128, metric="peak_mib")])
+        frame = read_rows(csv)
+        assert list(frame.columns) == COLUMNS
+        assert frame["seq"].tolist() == [64, 128, 128]
+        assert frame["schema_version"].eq(SCHEMA_VERSION).all()
+        doc = json.loads(js.read_text())
+        assert doc["schema_version"] == SCHEMA_VERSION and doc["env"] == {"seed": 0}
+        assert [r["seq"] for r in doc["rows"]] == [64, 128, 128]
+        assert doc["rows"][0]["samples"] == [1.0, 1.5, 2.0]
     assert env_sidecar(csv).name == "r.env.json"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.env.json", "r.json"]
 
 
 def test_json_round_trip(tmp_path):
-    sink = ResultSink({}, None, tmp_path / "r.json")
-    sink.add(make_row())
-    assert read_rows(tmp_path / "r.json")["value"].tolist() == [1.5]
+    with ResultSink({}, None, tmp_path / "r.json") as sink:
+        sink.add(yoso_row())
+    frame = read_rows(tmp_path / "r.json")
+    assert frame["value"].tolist() == [1.5] and frame["m"].tolist() == [32]
+    assert frame["samples"].tolist() == [[1.0, 1.5, 2.0]]
 
 
 def test_failed_rows_keep_empty_values(tmp_path):
-    sink = ResultSink({}, tmp_path / "r.csv")
-    sink.add(make_row(1 << 20, value=None, status="skipped", reason="needs ~4096.0 GiB"))
+    with ResultSink({}, tmp_path / "r.csv") as sink:
+        sink.add(make_row(1 << 20, value=None, status="skipped", reason="needs ~4096.0 GiB"))
     frame = read_rows(tmp_path / "r.csv")
     assert frame["value"].isna().all() and frame["reason"][0] == "needs ~4096.0 GiB"
+
+
+def test_old_style_string_samples_are_written_as_a_list():
+    assert record(make_row(samples="1 2.5 3"))["samples"] == [1.0, 2.5, 3.0]
 
 
 def test_read_rows_rejects_other_files(tmp_path):
@@ -71,3 +156,93 @@ def test_read_rows_rejects_other_files(tmp_path):
     path.write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="not an attnbench result file"):
         read_rows(path)
+
+
+# ------------------------------------------------------------------------ schema 1 files
+
+
+def test_reads_a_committed_schema_1_csv():
+    frame = read_rows(PLOTS / "scram-fig4.csv")
+    assert list(frame.columns) == COLUMNS
+    assert frame["schema_version"].eq(1).all()
+    times = frame[frame["metric"] == "time_ms"]
+    first = times.iloc[0]
+    assert first["samples"] == [3.04266, 3.01067, 2.98683, 3.06318, 2.98769]
+    assert (first["grid_h"], first["grid_w"], first["seq"]) == (32, 32, 1024)
+    assert first["count"] == 5
+    peaks = frame[frame["metric"] == "peak_mib"]
+    assert peaks["method"].eq("vmhwm").all() and peaks["reason"].eq("").all()  # moved
+    assert frame.loc[frame["metric"] == "first_call_ms", "samples"].map(len).eq(0).all()
+
+
+def test_reads_a_schema_1_json_with_text_samples(tmp_path):
+    v1_columns = (PLOTS / "cpu-time.csv").read_text().splitlines()[0].split(",")
+    row = {c: v for c, v in record(make_row()).items() if c in v1_columns}
+    row |= {"samples": "1 2 3", "reason": "trials use seeds 0..2", "schema_version": 1}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema_version": 1, "env": {}, "rows": [row]}))
+    frame = read_rows(path)
+    assert frame["samples"].tolist() == [[1.0, 2.0, 3.0]]
+    assert frame["method"].tolist() == ["trials use seeds 0..2"] and frame["reason"][0] == ""
+    assert frame["grid_h"].isna().all() and frame["case_id"].tolist() == [""]
+
+
+def test_plot_redraws_a_committed_schema_1_csv(tmp_path):
+    out = tmp_path / "fig.png"
+    result = CliRunner().invoke(cli.app, ["plot", str(PLOTS / "cpu-time.csv"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------------------------- cut-off CSVs
+
+
+@pytest.fixture
+def good_csv(tmp_path):
+    path = tmp_path / "r.csv"
+    with ResultSink({}, path) as sink:
+        sink.add_case([make_row(64), make_row(128), make_row(256)])
+    return path
+
+
+def test_csv_cut_mid_row_is_refused(good_csv):
+    text = good_csv.read_text()
+    good_csv.write_text(text[: text.rindex("ms,")])  # inside the last row
+    with pytest.raises(ValueError, match="truncated at line 4"):
+        read_rows(good_csv)
+
+
+def test_csv_cut_inside_the_samples_list_is_refused(good_csv):
+    text = good_csv.read_text()
+    good_csv.write_text(text[: text.rindex("[1.0, 1.5") + 5])
+    with pytest.raises(ValueError, match="truncated at line 4"):
+        read_rows(good_csv)
+
+
+def test_short_row_in_the_middle_is_refused(good_csv):
+    lines = good_csv.read_text().splitlines(keepends=True)
+    lines[2] = "time,sdpa\n"
+    good_csv.write_text("".join(lines))
+    with pytest.raises(ValueError, match="line 3 has 2 of"):
+        read_rows(good_csv)
+
+
+def test_complete_csv_without_final_newline_is_read(good_csv):
+    good_csv.write_text(good_csv.read_text().rstrip("\n"))
+    assert read_rows(good_csv)["seq"].tolist() == [64, 128, 256]
+
+
+def test_plot_of_a_truncated_csv_is_one_error_line(good_csv, tmp_path):
+    text = good_csv.read_text()
+    good_csv.write_text(text[:-20])
+    out = tmp_path / "fig.png"
+    result = CliRunner().invoke(cli.app, ["plot", str(good_csv), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "truncated at line 4" in lines[0]
+    assert not out.exists()
+
+
+def test_rows_frame_has_the_written_columns():
+    frame = rows_frame([make_row(), yoso_row()])
+    assert list(frame.columns[: len(COLUMNS)]) == COLUMNS and "m" in frame

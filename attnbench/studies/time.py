@@ -114,14 +114,8 @@ def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
             unit="MiB",
             count=1,
             method=memory.method,
-            **_method_in_reason(memory.method),
         ),
     ]
-
-
-def _method_in_reason(method: str) -> dict:
-    """Until rows have a `method` column, the memory method stays in `reason`."""
-    return {} if runner.row_has("method") else {"reason": f"method={method}"}
 
 
 TIME = Measure(measure, "time_ms", "ms")
@@ -142,7 +136,7 @@ class Speedups:
         where = (case.n, case.grid)
         if case.backend.spec == self.baseline:
             self.medians[where] = time.value
-        if where in self.medians and hasattr(time, "speedup"):
+        if where in self.medians:
             time.speedup = self.medians[where] / time.value
             time.baseline = self.baseline
         return rows

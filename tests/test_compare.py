@@ -1,0 +1,267 @@
+"""`attnbench compare`: verdicts on synthetic runs with seeded noise, the regression gate, both
+result schemas, the Markdown output and the one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import attnbench.cli as cli
+from attnbench.compare import (
+    compare_files,
+    parse_samples,
+    parse_threshold,
+    ratio_interval,
+)
+from attnbench.errors import UsageError
+from attnbench.results import Row, rows_frame
+
+runner = CliRunner()
+SEQS = (256, 512, 1024)
+BACKENDS = ("softmax", "sdpa")
+
+
+def samples(median: float, n: int, noise: float, rng: np.random.Generator) -> list[float]:
+    return list(median * np.exp(rng.normal(0.0, noise, n)))
+
+
+def time_rows(
+    seed: int, scale: float = 1.0, noise: float = 0.03, n: int = 30, seqs=SEQS, status=None
+) -> list[Row]:
+    """time_ms rows of a fake run; `status` maps (backend, seq) to a failure status."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for backend in BACKENDS:
+        for seq in seqs:
+            common = dict(study="time", backend=backend, impl="torch", device="cpu")
+            common |= dict(dtype="float32", mode="fwd", inputs="random", batch=1, heads=4)
+            common |= dict(seq=seq, dim=64, metric="time_ms", unit="ms")
+            bad = (status or {}).get((backend, seq))
+            if bad:
+                rows.append(Row(**common, status=bad, reason="out of memory"))
+                continue
+            kept = samples(scale * seq / 100, n, noise, rng)
+            value = float(np.median(kept))
+            text = " ".join(f"{s:.6g}" for s in kept)
+            rows.append(Row(**common, value=value, count=n, samples=text))
+            rows.append(Row(**(common | dict(metric="peak_mib")), value=seq * 1.0, count=1))
+    return rows
+
+
+V1_COLUMNS = [
+    "study", "backend", "impl", "device", "dtype", "mode", "inputs", "batch", "heads", "seq",
+    "dim", "metric", "value", "unit", "p10", "p90", "std", "count", "samples", "status",
+    "reason", "schema_version",
+]  # fmt: skip
+
+
+def write_v1(path: Path, rows: list[Row]) -> Path:
+    """Schema 1 as it was written: these columns only, samples space-separated."""
+    frame = rows_frame(rows)
+    frame["samples"] = [" ".join(f"{x:.6g}" for x in parse_samples(r.samples)) for r in rows]
+    frame["schema_version"] = 1
+    frame[V1_COLUMNS].to_csv(path, index=False)
+    return path
+
+
+def v2_records(rows: list[Row]) -> list[dict]:
+    """Schema 2 rows: samples as a list, grid and parameter columns, run metadata."""
+    records = []
+    for r in rows:
+        record = asdict(r) | {"schema_version": 2, "method": "", "grid_h": None, "grid_w": None}
+        record["samples"] = parse_samples(r.samples)
+        record |= {"run_id": "r1", "device_name": "cpu", "threads": 2, "stable": True}
+        records.append(record)
+    return records
+
+
+def write_v2_csv(path: Path, rows: list[Row]) -> Path:
+    frame = pd.DataFrame(v2_records(rows))
+    frame["samples"] = [json.dumps(s) for s in frame["samples"]]
+    frame.to_csv(path, index=False)
+    return path
+
+
+def write_v2_json(path: Path, rows: list[Row]) -> Path:
+    doc = {"schema_version": 2, "env": {}, "rows": v2_records(rows)}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def invoke(*args):
+    return runner.invoke(cli.app, ["compare", *map(str, args)])
+
+
+def assert_one_line_error(result, needle: str = "") -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in result.output
+
+
+def verdicts(tmp_path: Path, a: list[Row], b: list[Row]) -> list[str]:
+    comparison = compare_files(write_v1(tmp_path / "a.csv", a), write_v1(tmp_path / "b.csv", b))
+    return [c.verdict for c in comparison.changes]
+
+
+def test_samples_of_both_schemas_and_json():
+    assert parse_samples("1.5 2 2.5") == [1.5, 2.0, 2.5]
+    assert parse_samples("[1.5, 2.0, 2.5]") == [1.5, 2.0, 2.5]
+    assert parse_samples([1.5, 2.0]) == [1.5, 2.0]
+    assert parse_samples(np.array([3.0, float("nan")])) == [3.0]
+    assert parse_samples("") == parse_samples(None) == parse_samples(float("nan")) == []
+
+
+@pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5 %", 0.125)])
+def test_threshold_as_percent_or_fraction(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["abc", "-5%", "5", "1", "nan", "inf%", "", "%"])
+def test_bad_threshold_is_refused(text):
+    with pytest.raises(UsageError, match="--fail-above"):
+        parse_threshold(text)
+
+
+def test_interval_is_seeded_and_holds_the_true_ratio():
+    rng = np.random.default_rng(1)
+    a, b = samples(10.0, 40, 0.05, rng), samples(13.0, 40, 0.05, rng)
+    low, high = ratio_interval(a, b, seed=3)
+    assert (low, high) == ratio_interval(a, b, seed=3)
+    assert low < 1.3 < high
+    assert high - low < 0.2
+
+
+def test_interval_has_the_width_of_a_95_percent_interval():
+    """Against the normal approximation: the median's standard error is 1.2533 sigma / sqrt(n)."""
+    rng = np.random.default_rng(0)
+    n, sigma = 400, 0.05
+    halves = []
+    for seed in range(20):
+        a, b = samples(1.0, n, sigma, rng), samples(1.0, n, sigma, rng)
+        low, high = ratio_interval(a, b, seed=seed)
+        halves.append((np.log(high) - np.log(low)) / 2)
+    expected = 1.96 * np.sqrt(2) * 1.2533 * sigma / np.sqrt(n)
+    assert np.mean(halves) == pytest.approx(expected, rel=0.1)
+
+
+def test_same_distribution_is_no_change(tmp_path):
+    assert verdicts(tmp_path, time_rows(seed=1), time_rows(seed=2)) == ["same"] * 6
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
+    assert result.exit_code == 0, result.output
+    assert "6 same" in result.output and "pass:" in result.output
+    assert "slower" not in result.output.split("6 same")[0]
+
+
+def test_planted_slowdown_fails_the_gate(tmp_path):
+    assert verdicts(tmp_path, time_rows(seed=1), time_rows(seed=2, scale=1.2)) == ["slower"] * 6
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
+    assert result.exit_code == 1, result.output
+    fail = [line for line in result.output.splitlines() if line.startswith("FAIL")]
+    assert len(fail) == 1 and fail[0].count("x;") == 5 and "n=1024" in fail[0]
+    assert invoke(tmp_path / "a.csv", tmp_path / "b.csv").exit_code == 0  # no gate, no failure
+
+
+def test_small_significant_slowdown_passes_a_larger_threshold(tmp_path):
+    """2 % slower with little noise is significant, yet within a 5 % threshold."""
+    a, b = time_rows(seed=1, noise=0.002), time_rows(seed=2, scale=1.02, noise=0.002)
+    assert verdicts(tmp_path, a, b) == ["slower"] * 6
+    assert invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%").exit_code == 0
+    assert invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "0.01").exit_code == 1
+
+
+def test_noisy_slowdown_is_not_significant(tmp_path):
+    a, b = time_rows(seed=1, noise=0.5, n=5), time_rows(seed=2, scale=1.2, noise=0.5, n=5)
+    assert "slower" not in verdicts(tmp_path, a, b)
+    assert invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%").exit_code == 0
+
+
+def test_speedup_is_faster(tmp_path):
+    assert verdicts(tmp_path, time_rows(seed=1), time_rows(seed=2, scale=0.8)) == ["faster"] * 6
+    assert invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%").exit_code == 0
+
+
+def test_cases_in_one_file_only_are_listed(tmp_path):
+    a = time_rows(seed=1, seqs=(256, 512))
+    b = time_rows(seed=2, seqs=(512, 1024), status={("sdpa", 512): "oom"})
+    write_v1(tmp_path / "a.csv", a)
+    write_v1(tmp_path / "b.csv", b)
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "only in A: softmax n=256; sdpa n=256" in lines
+    assert "only in B: softmax n=1024; sdpa n=1024" in lines
+    assert "not ok in a file: sdpa n=512 (A ok, B oom)" in lines
+    assert "1 same" in result.output
+
+
+@pytest.mark.parametrize("writer, name", [(write_v2_csv, "b.csv"), (write_v2_json, "b.json")])
+def test_schema_1_against_schema_2(tmp_path, writer, name):
+    a = write_v1(tmp_path / "a.csv", time_rows(seed=1))
+    b = writer(tmp_path / name, time_rows(seed=2, scale=1.2))
+    assert [c.verdict for c in compare_files(a, b).changes] == ["slower"] * 6
+    assert [c.verdict for c in compare_files(b, b).changes] == ["same"] * 6
+    assert invoke(a, b, "--fail-above", "10%").exit_code == 1
+
+
+def test_markdown_table(tmp_path):
+    write_v1(tmp_path / "a.csv", time_rows(seed=1))
+    write_v1(tmp_path / "b.csv", time_rows(seed=2, scale=1.2, seqs=(256, 512)))
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--markdown")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split("|")[1:-1] == [
+        " backend ",
+        " case ",
+        " A median ms ",
+        " B median ms ",
+        " B/A ",
+        " 95% CI ",
+        " verdict ",
+    ]
+    assert lines[1] == "|---|---|---:|---:|---:|---:|---|"
+    body = lines[2:6]
+    assert all(line.startswith("| ") and line.count("|") == 8 for line in body)
+    assert body[0].startswith("| softmax | n=256 | 2.56") and body[0].endswith("| **slower** |")
+    assert lines[6] == ""  # the table ends before the plain summary lines
+    assert "only in A: softmax n=1024; sdpa n=1024" in lines
+
+
+def test_one_sample_is_compared_without_interval(tmp_path):
+    write_v1(tmp_path / "a.csv", time_rows(seed=1, n=1))
+    write_v1(tmp_path / "b.csv", time_rows(seed=2, n=1, scale=2.0))
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
+    assert result.exit_code == 0, result.output
+    assert "6 no CI" in result.output and "fewer than 2 samples" in result.output
+
+
+def test_bad_files_are_one_line_errors(tmp_path):
+    good = write_v1(tmp_path / "a.csv", time_rows(seed=1))
+    assert_one_line_error(invoke(good, tmp_path / "missing.csv"), "no such file")
+    assert_one_line_error(invoke(tmp_path, good), "no such file")
+    (tmp_path / "other.csv").write_text("x,y\n1,2\n")
+    assert_one_line_error(invoke(good, tmp_path / "other.csv"), "not an attnbench result")
+    (tmp_path / "broken.json").write_text("{not json")
+    assert_one_line_error(invoke(tmp_path / "broken.json", good), "cannot read results")
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00garbage")
+    assert_one_line_error(invoke(good, tmp_path / "binary.csv"), "cannot read results")
+    errors = [Row(**(asdict(r) | {"study": "error", "metric": "radian"})) for r in time_rows(1)]
+    write_v1(tmp_path / "error.csv", errors)
+    assert_one_line_error(invoke(good, tmp_path / "error.csv"), "no time_ms rows")
+    bad_samples = rows_frame(time_rows(seed=1)).assign(samples="[1.0, oops")
+    bad_samples.to_csv(tmp_path / "samples.csv", index=False)
+    assert_one_line_error(invoke(good, tmp_path / "samples.csv"), "cannot read results")
+
+
+def test_bad_threshold_is_one_line_error(tmp_path):
+    good = write_v1(tmp_path / "a.csv", time_rows(seed=1))
+    assert_one_line_error(invoke(good, good, "--fail-above", "five"), "--fail-above")
+    assert_one_line_error(invoke(good, good, "--fail-above", "5"), "--fail-above")
