@@ -123,8 +123,9 @@ def _sink(env: dict, csv: Path | None, json: Path | None):
     return ResultSink(env, csv, json)
 
 
-def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> None:
-    """Drive a study's cases under a progress bar; the runner commits rows as cases end.
+def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> list:
+    """Drive a study's cases under a progress bar (the runner commits rows as cases end) and
+    return every case's rows, resumed ones included.
 
     `study(on_case)` calls `on_case(case)` as each case starts, so the cases before it are done.
     """
@@ -145,9 +146,9 @@ def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> None:
             progress.update(task, description=case.title, completed=started)
             started += 1
 
-        for _ in study(on_case):
-            pass
+        rows = [row for case_rows in study(on_case) for row in case_rows]
         progress.update(task, completed=total)
+    return rows
 
 
 @app.command()
@@ -238,9 +239,9 @@ def time_cmd(
     threads = _set_threads(threads)
     executor = _executor(isolate, TIME, threads, steady=True)
     with _sink(environment(spec.device, threads, seed), csv, json) as sink:
-        _sweep(lambda on_case: run_time(spec, on_case, sink, executor), len(cases))
-    console.print(time_table(sink.rows, spec.baseline))
-    _finish(sink, plot)
+        rows = _sweep(lambda on_case: run_time(spec, on_case, sink, executor), len(cases))
+    console.print(time_table(rows, spec.baseline))
+    _finish(sink, rows, plot)
 
 
 def _validate(cases) -> None:
@@ -390,9 +391,9 @@ def error_cmd(
     threads = _set_threads(threads)
     executor = _executor(isolate, spec.measure, threads)
     with _sink(environment(spec.device, threads, seed), csv, json) as sink:
-        _sweep(lambda on_case: run_error(spec, on_case, sink, executor), len(cases))
-    console.print(error_table(sink.rows))
-    _finish(sink, plot)
+        rows = _sweep(lambda on_case: run_error(spec, on_case, sink, executor), len(cases))
+    console.print(error_table(rows))
+    _finish(sink, rows, plot)
 
 
 def _hashes(hashes: str | None, backends: str) -> list[int]:
@@ -506,7 +507,7 @@ def profile_argv(profile: Path) -> list[str]:
     return argv
 
 
-def _finish(sink, plot: Path | None) -> None:
+def _finish(sink, rows: list, plot: Path | None) -> None:
     for path in (sink.csv, sink.json):
         if path is not None:
             console.print(f"wrote {path}")
@@ -514,7 +515,7 @@ def _finish(sink, plot: Path | None) -> None:
         from attnbench.plots import plot_results
         from attnbench.results import rows_frame
 
-        plot_results(rows_frame(sink.rows), plot)
+        plot_results(rows_frame(rows), plot)
         console.print(f"wrote {plot}")
 
 

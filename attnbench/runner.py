@@ -30,7 +30,7 @@ import torch
 from attnbench.case import Case
 from attnbench.measure import is_cuda
 from attnbench.measure.memory import available_bytes
-from attnbench.results import Row
+from attnbench.results import Row, row_from_record
 
 HEADROOM = 0.8  # a case may use at most this share of the available memory
 # The CPU allocator's out-of-memory is a plain RuntimeError; these phrases name it.
@@ -260,15 +260,17 @@ def run(
     on_case: Callable[[Case], None] = lambda _: None,
     finish: Callable[[Case, list], list] = lambda _, rows: rows,
 ) -> Iterator[list]:
-    """Yield each case's rows as it ends (and commit them to `sink`, if given).
-
-    Cases already complete in a resumed sink are not run again. `finish(case, rows)` may add
-    what needs earlier cases (a speed-up against a baseline) before the rows are written."""
+    """Yield each case's rows as it ends, committing them to `sink` (a `results.ResultSink`)
+    if given. Cases already complete in a resumed sink are not run again; their rows are
+    yielded all the same. `finish(case, rows)` may add what needs earlier cases (a speed-up
+    against a baseline) before the rows are written."""
     validate(cases)
     executor = executor or InProcess(measure)
     for case in cases:
         on_case(case)
-        if sink is not None and hasattr(sink, "done") and sink.done(case.case_id) is not None:
+        done = sink.done(case.case_id) if sink is not None else None
+        if done is not None:  # complete in a resumed output: its rows, not written again
+            yield finish(case, [row_from_record(r) for r in done])
             continue
         reason = skip_reason(case)
         if reason:
@@ -282,9 +284,4 @@ def run(
 
 
 def _commit(sink, rows: list) -> None:
-    rows = [r for r in rows if isinstance(r, Row)]
-    if hasattr(sink, "add_case"):
-        sink.add_case(rows)
-    else:
-        for row in rows:
-            sink.add(row)
+    sink.add_case([r for r in rows if isinstance(r, Row)])

@@ -22,6 +22,7 @@ from attnbench.cli import app
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.measure import memory
+from attnbench.results import record
 from attnbench.runner import CaseInputs, InProcess, Isolated, Measure, case_row
 
 SEEN: list[str] = []  # cases a measurement ran in this process
@@ -275,36 +276,30 @@ def test_the_executor_is_an_interface():
 # ------------------------------------------------------------------ sinks
 
 
-class OldSink:
-    def __init__(self):
-        self.rows = []
+class FakeSink:
+    """A sink holding the records of `done_ids` as complete from an earlier run."""
 
-    def add(self, row):
-        self.rows.append(row)
-
-
-class CaseSink(OldSink):
     def __init__(self, done_ids=()):
-        super().__init__()
         self.cases, self.done_ids = [], set(done_ids)
 
     def add_case(self, rows):
         self.cases.append(rows)
 
     def done(self, case_id):
-        return [{"case_id": case_id}] if case_id in self.done_ids else None
+        if case_id not in self.done_ids:
+            return None
+        row = case_row(make_case(n=32), "total", value=7.0)
+        return [record(row)]
 
 
-def test_rows_go_to_the_sink_one_case_at_a_time_and_done_cases_are_not_rerun():
+def test_rows_go_to_the_sink_a_case_at_a_time_and_done_cases_are_not_rerun():
     cases = [make_case(n=16), make_case(n=32), make_case(n=64)]
-    old = OldSink()
-    rows_of(cases, OK, sink=old)
-    assert [r.seq for r in old.rows] == [16, 32, 64]
-    SEEN.clear()
-    new = CaseSink(done_ids=[cases[1].case_id])
-    rows_of(cases, OK, sink=new)
-    assert [[r.seq for r in rows] for rows in new.cases] == [[16], [64]]
+    sink = FakeSink(done_ids=[cases[1].case_id])
+    yielded = list(runner.run(cases, OK, sink=sink))
+    assert [[r.seq for r in rows] for rows in sink.cases] == [[16], [64]]
     assert SEEN == [cases[0].case_id, cases[2].case_id]
+    resumed = yielded[1][0]  # the earlier run's row comes back, not written again
+    assert (resumed.seq, resumed.value, resumed.case_id) == (32, 7.0, cases[1].case_id)
 
 
 # ------------------------------------------------------------------ memory limits
