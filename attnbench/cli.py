@@ -293,7 +293,7 @@ def maps_cmd(
     failed = []
     maps = attention_maps(spec, failed)
     for row in failed:
-        console.print(f"{row.backend}: {row.status}: {row.reason}")
+        console.print(f"{row.backend}: {row.status}: {row.reason}", markup=False)
     if not maps:
         raise UsageError("no backend could draw its map")
     height, width = spec.grid

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -17,7 +18,8 @@ def _label(spec: str) -> str:
 
 
 def _status(row) -> str:
-    return f"{row.status}: {row.reason}" if row.reason else row.status
+    """Status and reason, as text: a reason such as "[enforce fail at ...]" is no markup."""
+    return escape(f"{row.status}: {row.reason}" if row.reason else row.status)
 
 
 def backends_table(classes: dict) -> Table:

@@ -814,3 +814,24 @@ def test_error_reference_option_names_the_metrics(tmp_path):
     assert_ok(result)
     df = pd.read_csv(csv)
     assert set(df["metric"]) == {f"{m}_vs_yoso_e" for m in ("radian", "rel_frobenius", "max_abs")}
+
+
+def test_the_cpu_allocator_running_out_is_an_oom_row_shown_as_written(tmp_path, monkeypatch):
+    message = (
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+        "memory: you tried to allocate 1073741824 bytes. Error code 12 (Cannot allocate memory)"
+    )
+
+    def out_of_memory(self, q, k, v, mask=None):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(cli, "console", Console(width=400))
+    monkeypatch.setattr(Softmax, "forward", out_of_memory)
+    csv = tmp_path / "r.csv"
+    result = invoke("time", "--seq", "32", *TINY, "--backends", "softmax,sdpa", "--csv", csv)
+    assert_ok(result)
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    status = dict(zip(df["backend"] + " " + df["metric"], df["status"], strict=True))
+    assert status["softmax time_ms"] == "oom" and status["sdpa time_ms"] == "ok"
+    assert df.loc[df["backend"] == "softmax", "reason"].tolist() == [message]
+    assert f"oom: {message}" in result.stdout  # not eaten as rich markup
