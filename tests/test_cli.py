@@ -805,6 +805,17 @@ def test_time_isolate_runs_each_case_apart_with_the_same_rows(tmp_path):
     )
 
 
+def test_error_isolate_gives_the_rows_of_an_in_process_run(tmp_path):
+    args = ["error", "--seq", "16", "--trials", "2", "--heads", "1", "--dim", "8"]
+    args += ["--backends", "yoso-8,sdpa"]
+    frames = []
+    for extra in ([], ["--isolate"]):
+        csv = tmp_path / f"e{len(extra)}.csv"
+        assert_ok(invoke(*args, *extra, "--csv", csv))
+        frames.append(pd.read_csv(csv).set_index(["backend", "metric"])["value"])
+    pd.testing.assert_series_equal(frames[0], frames[1])
+
+
 def test_error_reference_option_names_the_metrics(tmp_path):
     csv = tmp_path / "e.csv"
     result = invoke(
