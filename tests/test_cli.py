@@ -846,3 +846,18 @@ def test_the_cpu_allocator_running_out_is_an_oom_row_shown_as_written(tmp_path, 
     assert status["softmax time_ms"] == "oom" and status["sdpa time_ms"] == "ok"
     assert df.loc[df["backend"] == "softmax", "reason"].tolist() == [message]
     assert f"oom: {message}" in result.stdout  # not eaten as rich markup
+
+
+def test_scram_runs_on_a_sequence_in_the_error_study(tmp_path):
+    """A sequence is a 1 x n grid to scram: its row-block maps used to fail without a grid."""
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--hashes", "8", "--seq", "64", "--trials", "1", "--heads", "1", "--dim", "8",
+        "--mc-seeds", "1", "--backends", "scram:kappa=2", "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["status"] == "ok").all()
+    scram = df[df["backend"].str.startswith("scram")].set_index("metric")["value"]
+    assert {"captured_mass_vs_softmax", "argmax_hit_rate", "recall_at_kappa"} <= set(scram.index)
+    assert 0 < scram["recall_at_kappa"] <= 1

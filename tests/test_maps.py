@@ -5,6 +5,7 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench import get_backend
+from attnbench.backends import Backend
 from attnbench.cli import app
 from attnbench.studies.maps import MapsSpec, attention_maps
 
@@ -47,3 +48,20 @@ def test_maps_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+class NoMap(Backend):
+    name = "test-no-map"
+
+    def forward(self, q, k, v, mask=None):
+        return v
+
+
+def test_a_backend_without_a_map_gets_a_status_row_and_the_others_are_drawn():
+    failed = []
+    spec = MapsSpec([NoMap(), get_backend("softmax")], source="blobs", grid=(4, 4), dim=3)
+    maps = attention_maps(spec, failed)
+    assert list(maps) == ["softmax"]
+    (row,) = failed
+    assert (row.backend, row.status) == ("test-no-map", "error")
+    assert row.reason == "NotImplementedError: test-no-map has no dense attention map"
