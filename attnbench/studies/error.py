@@ -87,22 +87,12 @@ class ErrorSpec:
             "reference": self.reference_backend.spec,
         }
         source, dtype = self.inputs, str(self.dtype).removeprefix("torch.")
+        shared = dict(
+            study="error", inputs=source, batch=source.batch, heads=source.heads,
+            dim=source.dim, dtype=dtype, device=self.device, seed=self.seed, settings=settings,
+        )  # fmt: skip
         return [
-            Case(
-                "error",
-                backend,
-                source,
-                n,
-                grid,
-                source.batch,
-                source.heads,
-                source.dim,
-                dtype,
-                self.device,
-                "fwd",
-                self.seed,
-                settings,
-            )  # fmt: skip
+            Case(backend=backend, n=n, grid=grid, **shared)
             for n, grid in self.layouts()
             for backend in self.compared
         ]

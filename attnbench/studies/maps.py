@@ -45,24 +45,12 @@ class MapsSpec:
     def cases(self) -> list[Case]:
         height, width = self.grid
         settings = {"query": list(self.query) if self.query else None}
-        return [
-            Case(
-                "maps",
-                backend,
-                self.inputs,
-                height * width,
-                self.grid,
-                1,
-                1,
-                self.dim,
-                "float32",
-                "cpu",
-                "fwd",
-                self.seed,
-                settings,
-            )  # fmt: skip
-            for backend in self.backends
-        ]
+        shared = dict(
+            study="maps", inputs=self.inputs, n=height * width, grid=self.grid, batch=1,
+            heads=1, dim=self.dim, dtype="float32", device="cpu", seed=self.seed,
+            settings=settings,
+        )  # fmt: skip
+        return [Case(backend=backend, **shared) for backend in self.backends]
 
 
 def measure(case: Case, inputs: runner.CaseInputs) -> list[tuple[str, torch.Tensor]]:

@@ -66,22 +66,13 @@ class TimeSpec:
         backends = sorted(self.backends, key=lambda b: b.spec != base)
         settings = {"repeats": self.repeats, "warmup": self.warmup}
         dtype = str(self.dtype).removeprefix("torch.")
+        shared = dict(
+            study="time", inputs=self.inputs, batch=self.batch, heads=self.heads,
+            dim=self.dim, dtype=dtype, device=self.device, mode=self.mode, seed=self.seed,
+            settings=settings,
+        )  # fmt: skip
         return [
-            Case(
-                "time",
-                backend,
-                self.inputs,
-                n,
-                grid,
-                self.batch,
-                self.heads,
-                self.dim,
-                dtype,
-                self.device,
-                self.mode,
-                self.seed,
-                settings,
-            )  # fmt: skip
+            Case(backend=backend, n=n, grid=grid, **shared)
             for n, grid in self.layouts()
             for backend in backends
         ]
