@@ -27,6 +27,11 @@ from attnbench.measure.threads import set_threads
 from attnbench.plots import PLOT_SUFFIXES, plot_maps, plot_results
 from attnbench.results import ResultSink, Row, env_sidecar, read_rows
 from attnbench.spec import (
+    MAX_COUNT,
+    check_inputs_fit,
+    check_option_keys,
+    check_seed,
+    check_threads,
     non_negative,
     output_path,
     parse_dtype,
@@ -181,6 +186,7 @@ def time_cmd(
     """Runtime and peak memory vs sequence length (YOSO Fig. 7)."""
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    seed, threads = check_seed(seed), check_threads(threads)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
@@ -200,10 +206,11 @@ def time_cmd(
         dtype=parse_dtype(dtype),
         device=resolve_device(device),
         mode=mode,
-        repeats=positive(repeats, "--repeats"),
-        warmup=non_negative(warmup, "--warmup"),
+        repeats=positive(repeats, "--repeats", MAX_COUNT),
+        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
         seed=seed,
     )
+    check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)
     baseline_backend = get_backend(baseline)
     csv, json, plot = _outputs(csv, json, plot)
     steady_allocator()
@@ -226,6 +233,7 @@ def maps_cmd(
     out: Path = typer.Option(Path("maps.png"), "--out", "-o", help="figure path (PNG/SVG/PDF)"),
 ) -> None:
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3)."""
+    seed = check_seed(seed)
     grids = parse_grids(grid, "--grid")
     if len(grids) != 1:
         raise UsageError("--grid: maps take one grid HxW")
@@ -237,6 +245,8 @@ def maps_cmd(
         query=_query(query),
         seed=seed,
     )
+    tokens = spec.grid[0] * spec.grid[1]
+    check_inputs_fit(Inputs(spec.source, 1, 1, spec.dim), [(tokens, spec.grid)])
     out = output_path(out, "--out", OUT_SUFFIXES["plot"])
     maps = attention_maps(spec)
     height, width = spec.grid
@@ -286,6 +296,7 @@ def error_cmd(
         tau_value = tau_param().parse(tau)
     except ValueError as exc:
         raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
+    seed, threads = check_seed(seed, trials, mc_seeds), check_threads(threads)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
@@ -300,14 +311,15 @@ def error_cmd(
         grids=grids,
         hashes=parse_sizes(hashes, "--hashes"),
         tau=tau_value,
-        trials=positive(trials, "--trials"),
-        mc_seeds=positive(mc_seeds, "--mc-seeds"),
+        trials=positive(trials, "--trials", MAX_COUNT),
+        mc_seeds=positive(mc_seeds, "--mc-seeds", MAX_COUNT),
         inputs=source,
         backends=parse_backends(backends) if backends.strip() else [],
         dtype=parse_dtype(dtype),
         device=resolve_device(device),
         seed=seed,
     )
+    check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device)
     csv, json, plot = _outputs(csv, json, plot)
     with ResultSink(environment(spec.device, _set_threads(threads), seed), csv, json) as sink:
         _run_study(partial(run_error, spec), spec.steps, sink)
@@ -394,6 +406,7 @@ def profile_argv(profile: Path) -> list[str]:
     options = doc.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"{profile}: [options] must be a table of option = value")
+    check_option_keys(options, typer.main.get_command(app).commands[command], str(profile))
     argv = [command]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
