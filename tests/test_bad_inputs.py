@@ -92,6 +92,9 @@ BAD = [
     _case("error-trials-huge", _error("--trials", "1000000000"), "--trials:"),
     _case("error-mc-seeds-huge", _error("--mc-seeds", HUGE), "--mc-seeds:"),
     _case("error-hashes-above-int64", _error("--hashes", HUGE), "--hashes:"),
+    _case("yoso-seed-above-int64", _time("--backends", f"yoso:seed={HUGE}"), "bad seed"),
+    _case("scram-iterations-huge", _time("--backends", "scram:T=99999999"), "bad T"),
+    _case("scram-separation-above-int64", _error("--backends", f"scram:L={HUGE}"), "bad L"),
     # and in `maps`
     _case("maps-seed-above-int64", _maps("--seed", HUGE, "--inputs", "random"), "--seed:"),
     _case("maps-seed-negative-blobs", _maps("--seed", "-1", "--inputs", "blobs"), "--seed:"),
