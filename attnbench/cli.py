@@ -193,6 +193,10 @@ def time_cmd(
     """Runtime and peak memory vs sequence length (YOSO Fig. 7)."""
     from attnbench.backends import get_backend, parse_backends
     from attnbench.spec import (
+        MAX_COUNT,
+        check_inputs_fit,
+        check_seed,
+        check_threads,
         non_negative,
         parse_dtype,
         parse_grids,
@@ -204,6 +208,7 @@ def time_cmd(
 
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    seed, threads = check_seed(seed), check_threads(threads)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
@@ -223,11 +228,12 @@ def time_cmd(
         dtype=parse_dtype(dtype),
         device=resolve_device(device),
         mode=mode,
-        repeats=positive(repeats, "--repeats"),
-        warmup=non_negative(warmup, "--warmup"),
+        repeats=positive(repeats, "--repeats", MAX_COUNT),
+        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
         seed=seed,
         baseline=get_backend(baseline),
     )
+    check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)
     cases = spec.cases
     _validate(cases)
     csv, json, plot = _outputs(csv, json, plot)
@@ -274,9 +280,10 @@ def maps_cmd(
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3)."""
     from attnbench.backends import parse_backends
     from attnbench.plots import PLOT_SUFFIXES, plot_maps
-    from attnbench.spec import output_path, parse_grids, positive
+    from attnbench.spec import check_inputs_fit, check_seed, output_path, parse_grids, positive
     from attnbench.studies.maps import MapsSpec, attention_maps
 
+    seed = check_seed(seed)
     grids = parse_grids(grid, "--grid")
     if len(grids) != 1:
         raise UsageError("--grid: maps take one grid HxW")
@@ -288,6 +295,8 @@ def maps_cmd(
         query=_query(query),
         seed=seed,
     )
+    tokens = spec.grid[0] * spec.grid[1]
+    check_inputs_fit(spec.inputs, [(tokens, spec.grid)])
     _validate(spec.cases)
     out = output_path(out, "--out", PLOT_SUFFIXES)
     failed = []
@@ -352,13 +361,24 @@ def error_cmd(
     hashes and lengths (YOSO Fig. 8)."""
     from attnbench.backends import parse_backends
     from attnbench.backends.registry import tau_param
-    from attnbench.spec import parse_dtype, parse_grids, parse_sizes, positive, resolve_device
+    from attnbench.spec import (
+        MAX_COUNT,
+        check_inputs_fit,
+        check_seed,
+        check_threads,
+        parse_dtype,
+        parse_grids,
+        parse_sizes,
+        positive,
+        resolve_device,
+    )
     from attnbench.studies.error import ErrorSpec, run_error
 
     try:
         tau_value = tau_param().parse(tau)
     except ValueError as exc:
         raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
+    seed, threads = check_seed(seed, trials, mc_seeds), check_threads(threads)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
@@ -373,8 +393,8 @@ def error_cmd(
         grids=grids,
         hashes=_hashes(hashes, backends),
         tau=tau_value,
-        trials=positive(trials, "--trials"),
-        mc_seeds=positive(mc_seeds, "--mc-seeds"),
+        trials=positive(trials, "--trials", MAX_COUNT),
+        mc_seeds=positive(mc_seeds, "--mc-seeds", MAX_COUNT),
         inputs=source,
         backends=parse_backends(backends) if backends.strip() else [],
         dtype=parse_dtype(dtype),
@@ -382,6 +402,7 @@ def error_cmd(
         seed=seed,
         reference=_reference(reference),
     )
+    check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device)
     cases = spec.cases
     spec.validate()
     csv, json, plot = _outputs(csv, json, plot)
@@ -501,6 +522,9 @@ def profile_argv(profile: Path) -> list[str]:
     options = doc.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"{profile}: [options] must be a table of option = value")
+    from attnbench.spec import check_option_keys
+
+    check_option_keys(options, typer.main.get_command(app).commands[command], str(profile))
     argv = [command]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]

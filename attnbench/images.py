@@ -11,6 +11,8 @@ scores q.k / sqrt(d) have a spread of `sharpness`; values are the pixels' colour
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -19,6 +21,40 @@ from attnbench.errors import UsageError
 # Sample images whose files ship inside scikit-image's wheel (nothing is downloaded).
 IMAGES = ("astronaut", "brick", "camera", "chelsea", "coffee", "coins", "grass", "moon", "rocket")
 PATCH_RADIUS = 1
+# A photograph is stretched at most this many times along a side: beyond, every patch is a
+# smooth ramp and the resize alone holds gigabytes.
+MAX_UPSCALE = 16
+
+
+@functools.cache
+def image_shape(name: str) -> tuple[int, int]:
+    """(height, width) of the bundled image `name`, as scikit-image ships it."""
+    import skimage.data
+
+    return getattr(skimage.data, name)().shape[:2]
+
+
+def check_resize(source: str, height: int, width: int) -> None:
+    """An H x W grid of "image:NAME" stretches the photograph at most MAX_UPSCALE times per side
+    (blobs are drawn at any size)."""
+    if not source.startswith("image:"):
+        return
+    name = source.removeprefix("image:")
+    if name not in IMAGES:
+        raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
+    image_h, image_w = image_shape(name)
+    if height > MAX_UPSCALE * image_h or width > MAX_UPSCALE * image_w:
+        raise UsageError(
+            f"--grid {height}x{width}: {name} is {image_h}x{image_w} pixels; a grid may "
+            f"stretch it at most {MAX_UPSCALE} times per side, to "
+            f"{MAX_UPSCALE * image_h}x{MAX_UPSCALE * image_w}"
+        )
+
+
+def build_bytes(height: int, width: int, d: int) -> int:
+    """An upper estimate of the memory `grid_qkv` holds at once: float64 patches, singular
+    vectors, features and blob fields, about 32 + 2 d numbers per pixel."""
+    return height * width * 8 * (32 + 2 * d)
 
 
 def load_image(name: str, height: int, width: int) -> np.ndarray:

@@ -52,7 +52,8 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
     """Read q, k, v from .npz or .pt; accept [n, d], [H, n, d] or [B, H, n, d]; validate."""
     path = Path(path)
     if path.suffix not in FILE_SUFFIXES:
-        raise UsageError(f"--inputs: {path} must be .npz or .pt (or one of {', '.join(KINDS)})")
+        kinds = ", ".join((*KINDS, "blobs", "image:NAME"))
+        raise UsageError(f"--inputs: {path} is not a .npz or .pt file, nor one of {kinds}")
     if not path.is_file():
         raise UsageError(f"--inputs: file {path} does not exist")
     try:

@@ -1,7 +1,9 @@
 """Parsing of size lists and ranges ("4096", "1k,4k", "512..16384") and option checks.
 
 Everything here raises `UsageError` with a message that names the option, so the CLI can
-print it as one line before any work starts.
+print it as one line before any work starts. Every number a user gives is bounded here:
+Python ints have no limit, but torch, numpy and numba take C integers and fail deep inside
+a run (or take the machine down) when handed one too large.
 """
 
 from __future__ import annotations
@@ -10,11 +12,25 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnbench.errors import UsageError
 
+if TYPE_CHECKING:
+    import torch
+
+    from attnbench.inputs import Inputs
+
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
-_NUMBER = re.compile(r"^\s*(\d+)\s*([km]?)\s*$", re.IGNORECASE)
+_NUMBER = re.compile(r"^\s*(\d+)\s*([km]?)\s*$", re.IGNORECASE | re.ASCII)
+_GRID = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$", re.IGNORECASE | re.ASCII)
+
+# The most tokens, batch, heads or d: n x n (a dense map's entries) stays inside int64.
+MAX_SIZE = 2**31 - 1
+# The most repeats, warm-up calls, trials or seeds per input: more could never finish.
+MAX_COUNT = 10**6
+# torch.Generator.manual_seed, numpy's default_rng and the numba kernels all take 0..2**63-1.
+MAX_SEED = 2**63 - 1
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")  # names of torch dtypes
 
@@ -26,6 +42,8 @@ def _number(text: str, option: str) -> int:
     value = int(match.group(1)) * _SUFFIX[match.group(2).lower()]
     if value <= 0:
         raise UsageError(f"{option}: sizes must be positive, got {text.strip()!r}")
+    if value > MAX_SIZE:
+        raise UsageError(f"{option}: {text.strip()} is above {MAX_SIZE}, the largest size")
     return value
 
 
@@ -81,22 +99,120 @@ def parse_grids(text: str, option: str) -> list[tuple[int, int]]:
 
 
 def _grid(text: str, option: str) -> tuple[int, int]:
-    height, x, width = text.strip().lower().partition("x")
-    if not x or not height.isdigit() or not width.isdigit() or int(height) * int(width) < 1:
+    match = _GRID.match(text)
+    if not match or int(match.group(1)) * int(match.group(2)) < 1:
         raise UsageError(f"{option}: {text.strip()!r} is not a grid HxW of positive integers")
-    return int(height), int(width)
+    height, width = int(match.group(1)), int(match.group(2))
+    if height * width > MAX_SIZE:
+        raise UsageError(
+            f"{option}: {height}x{width} is {height * width} tokens, above {MAX_SIZE}, the most"
+        )
+    return height, width
 
 
-def positive(value: int, option: str) -> int:
+def positive(value: int, option: str, most: int = MAX_SIZE) -> int:
     if value is None or value < 1:
         raise UsageError(f"{option}: must be a positive integer, got {value}")
+    if value > most:
+        raise UsageError(f"{option}: {value} is above {most}, the most it may be")
     return value
 
 
-def non_negative(value: int, option: str) -> int:
+def non_negative(value: int, option: str, most: int = MAX_SIZE) -> int:
     if value is None or value < 0:
         raise UsageError(f"{option}: must be zero or more, got {value}")
+    if value > most:
+        raise UsageError(f"{option}: {value} is above {most}, the most it may be")
     return value
+
+
+def check_seed(seed: int, trials: int = 1, mc_seeds: int = 1) -> int:
+    """--seed such that every seed a study derives from it is in 0..MAX_SEED: trial t draws
+    with seed + t, an image's colours with the next seed, and the Monte Carlo draws with seeds
+    up to (seed + trials) * mc_seeds - 1. Negative seeds are refused: torch would wrap them
+    modulo 2**64 while numpy rejects them, so one seed would not mean one draw everywhere."""
+    # out-of-range counts are reported by their own checks, not as a seed error
+    trials, mc_seeds = (min(max(count, 1), MAX_COUNT) for count in (trials, mc_seeds))
+    most = min(MAX_SEED - trials, (MAX_SEED + 1) // mc_seeds - trials)
+    if not 0 <= seed <= most:
+        derived = "seed + 1" if trials == mc_seeds == 1 else f"(seed + {trials}) x {mc_seeds}"
+        raise UsageError(
+            f"--seed: {seed} is not in 0..{most}; seeds are 0..2**63 - 1 "
+            f"and the study also draws with seeds up to {derived}"
+        )
+    return seed
+
+
+def check_threads(threads: int | None) -> int | None:
+    """--threads in 1..numba's thread pool, sized at start-up by NUMBA_NUM_THREADS: torch
+    would take more, but the numba kernels could not, and comparisons would not be alike."""
+    if threads is None:
+        return None
+    import numba  # lazily: importing numba is slow, and --threads is rarely given
+
+    most = numba.config.NUMBA_NUM_THREADS
+    if not 1 <= threads <= most:
+        raise UsageError(
+            f"--threads: {threads} is not in 1..{most} (numba's pool; "
+            "the environment variable NUMBA_NUM_THREADS sets its size)"
+        )
+    return threads
+
+
+def check_inputs_fit(
+    inputs: Inputs,
+    layouts: list[tuple[int, tuple[int, int] | None]],
+    dtype: torch.dtype | None = None,
+    device: str = "cpu",
+    batch: int | None = None,
+    heads: int | None = None,
+) -> None:
+    """The largest case's q, k and v (and the image they are made from) fit in the memory free
+    now, and every image resize is sensible: otherwise the sweep would fail late, or with a
+    traceback, after the smaller cases ran. `batch` and `heads` (default: the inputs') are
+    what the study repeats an image over; `dtype` defaults to float32."""
+    import torch
+
+    from attnbench.images import build_bytes, check_resize
+    from attnbench.measure.memory import available_bytes
+
+    dtype = dtype or torch.float32
+    if inputs.on_grid:
+        for _, grid in layouts:
+            check_resize(inputs.kind, *grid)
+    n, grid = max(layouts, key=lambda layout: layout[0])
+    batch, heads = batch or inputs.batch, heads or inputs.heads
+    need = 3 * batch * heads * n * inputs.dim * dtype.itemsize
+    if inputs.on_grid:
+        need += build_bytes(*grid, inputs.dim)
+    free = available_bytes(device)
+    if need > free:
+        size = f"--grid {grid[0]}x{grid[1]}" if grid else f"--seq {n}"
+        shape = f"batch {batch} x heads {heads} x n {n} x d {inputs.dim}"
+        raise UsageError(
+            f"{size}: inputs alone need {byte_text(need)} (q, k, v of {shape}, "
+            f"{str(dtype).removeprefix('torch.')}), {byte_text(free)} free on {device}"
+        )
+
+
+def byte_text(count: float) -> str:
+    """Bytes in binary units, e.g. "7.5 TiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if count < 1024 or unit == "PiB":
+            break
+        count /= 1024
+    return f"{count:.1f} {unit}" if count < 1e5 else f"{count:.3g} {unit}"
+
+
+def check_option_keys(keys, command, where: str) -> None:
+    """Every key of a profile's [options] names a long option of `command` (a click command,
+    so the list is the command's own): `help = true` or a typo is refused, not passed on."""
+    valid = [opt[2:] for param in command.params for opt in param.opts if opt.startswith("--")]
+    for key in keys:
+        if str(key).replace("_", "-") not in valid:
+            raise UsageError(
+                f"{where}: {key!r} is not an option of `{command.name}`; valid: {', '.join(valid)}"
+            )
 
 
 def parse_dtype(name: str):

@@ -34,11 +34,19 @@ class Param:
     help: str = ""
 
 
+# Bounds of a backend's integer parameters when none is given: sizes and counts stay in
+# int32, seeds in what torch and numpy generators accept, so no value overflows a kernel.
+MAX_PARAM = 2**31 - 1
+MAX_SEED_PARAM = 2**63 - 1
+
+
 def int_param(default: int, lo: int = 1, hi: int | None = None, help: str = "") -> Param:
+    hi = MAX_PARAM if hi is None else hi
+
     def parse(text: str) -> int:
         value = int(text)
-        if value < lo or (hi is not None and value > hi):
-            raise ValueError(f"must be in {lo}..{hi}" if hi else f"must be >= {lo}")
+        if not lo <= value <= hi:
+            raise ValueError(f"must be in {lo}..{hi}")
         return value
 
     return Param(default, parse, help)

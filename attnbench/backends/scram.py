@@ -12,13 +12,22 @@ from __future__ import annotations
 import torch
 
 from attnbench.backends.masking import zero_masked_rows
-from attnbench.backends.registry import Backend, Param, int_param, register, token_grid
+from attnbench.backends.registry import (
+    MAX_SEED_PARAM,
+    Backend,
+    Param,
+    int_param,
+    register,
+    token_grid,
+)
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch import dispatch, reference
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 from attnbench.kernels.target import device_target
 from attnbench.metrics import argmax_hit_rate, recall_at_k
 from attnbench.rowblocks import by_rows
+
+MAX_ITERATIONS = 1024  # PatchMatch settles within a few; more is a typo, not a study
 
 
 def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tensor:
@@ -68,9 +77,9 @@ class SCRAM(Backend):
         "variant": Param("max", _variant, "max: best distinct keys; mode: L apart"),
         "L": int_param(1, 1, None, "least Chebyshev distance between modes"),
         "b": int_param(1, 0, None, "neighbourhood half-width around each match"),
-        "T": int_param(8, 1, None, "PatchMatch iterations"),
+        "T": int_param(8, 1, MAX_ITERATIONS, "PatchMatch iterations"),
         "jumps": Param((8, 4, 2, 1), _jumps, "propagation steps, e.g. 8/4/2/1"),
-        "seed": int_param(0, 0, None, "seed of the random init and search"),
+        "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random init and search"),
     }
     shorthand = None
     complexity = "O(n (T log n + kappa (2b+1)^2) d)"

@@ -14,8 +14,8 @@ import math
 import torch
 
 from attnbench.backends.masking import zero_masked_rows
-from attnbench.backends.registry import Param, int_param, register, token_grid
-from attnbench.backends.scram import SCRAM, _jumps, _variant, head_mask
+from attnbench.backends.registry import MAX_SEED_PARAM, Param, int_param, register, token_grid
+from attnbench.backends.scram import MAX_ITERATIONS, SCRAM, _jumps, _variant, head_mask
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 
@@ -38,7 +38,7 @@ _COMMON = {
     "kappa": int_param(4, 1, MAX_KAPPA, "PatchMatch modes per query"),
     "variant": Param("mode", _variant, "max: best distinct keys; mode: L apart"),
     "L": int_param(2, 1, None, "least Chebyshev distance between modes"),
-    "T": int_param(8, 1, None, "PatchMatch iterations"),
+    "T": int_param(8, 1, MAX_ITERATIONS, "PatchMatch iterations"),
     "jumps": Param((8, 4, 2, 1), _jumps, "propagation steps, e.g. 8/4/2/1"),
 }
 
@@ -144,7 +144,7 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
         "samples": int_param(64, 1, None, "keys drawn per query"),
         "alpha": Param(0.9, _unit, "proposal mass on the mode bumps (rest uniform)"),
         "phi": Param(1.5, _positive, "RBF length-scale of each mode bump, pixels"),
-        "seed": int_param(0, 0, None, "seed of PatchMatch and of the draws"),
+        "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of PatchMatch and of the draws"),
     }
     complexity = "O(n (T log n + samples) d)"
     summary = "SCRAM-SNIS: importance sampling from RBF bumps at PatchMatch modes + uniform"
@@ -237,7 +237,7 @@ class SCRAMMH(_SCRAMMonteCarlo):
         **_COMMON,
         "samples": int_param(64, 1, None, "steps per chain (kappa chains per query)"),
         "step": int_param(2, 1, None, "proposal half-width per axis, pixels"),
-        "seed": int_param(0, 0, None, "seed of PatchMatch and of the chains"),
+        "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of PatchMatch and of the chains"),
     }
     complexity = "O(n (T log n + kappa samples) d)"
     summary = "SCRAM-MH: Metropolis-Hastings chains from PatchMatch modes, mean of visits"

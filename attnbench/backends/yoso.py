@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import (
+    MAX_SEED_PARAM,
     Backend,
     Param,
     int_param,
@@ -48,7 +49,7 @@ class YOSO(Backend):
     params = {
         "m": int_param(32, 1, 4096, "number of hashes"),
         "tau": tau_param(8),
-        "seed": int_param(0, 0, None, "seed of the random projections"),
+        "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random projections"),
         "hash": Param("fast", _choice(HASHES), "fast (Hadamard) or gaussian (projection)"),
         "impl": Param("numba", _choice(IMPLS), "numba kernels or the torch reference"),
         "backward": Param("lsh", _choice(BACKWARDS), "lsh (linear), dense or expected (n^2)"),
