@@ -94,7 +94,7 @@ def run_time(
                     )
                 ]
                 continue
-            note = "" if timing.stable else "warm-up did not settle within the cap"
+            note = "" if timing.settled else "warm-up did not settle within the cap"
             yield [
                 row(
                     "time_ms",
