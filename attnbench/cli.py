@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from attnbench.case import MODES
 from attnbench.errors import UsageError
 from attnbench.interrupts import Terminated, sigterm_as_interrupt
+from attnbench.measure import DEFAULT_MIN_TIME_S
 
 if TYPE_CHECKING:
     from attnbench.inputs import Inputs
@@ -102,8 +103,6 @@ def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
     )
     if csv is not None:
         writable_file(env_sidecar(csv), "--csv")
-    if csv is not None:
-        writable_file(env_sidecar(csv), "--csv")
     if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
         raise UsageError(f"--json: {json} is where --csv keeps its environment record")
     return paths
@@ -116,11 +115,14 @@ def _set_threads(threads: int | None) -> int:
     return set_threads(None if threads is None else positive(threads, "--threads"))
 
 
-def _sink(env: dict, csv: Path | None, json: Path | None):
-    """The result sink: a context that holds its outputs while the run writes them."""
+def _sink(env: dict, csv: Path | None, json: Path | None, resume: bool):
+    """The result sink: a context that holds its outputs while the run writes them; with
+    `resume` it starts from the cases they already hold."""
     from attnbench.results import ResultSink
 
-    return ResultSink(env, csv, json)
+    if resume and csv is None and json is None:
+        raise UsageError("--resume: give the --csv or --json file of the run to continue")
+    return ResultSink(env, csv, json, resume=resume)
 
 
 def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> list:
@@ -178,13 +180,22 @@ def time_cmd(
         "random", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
     ),
     mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
-    repeats: int = typer.Option(10, help="timed samples per case"),
+    repeats: int = typer.Option(10, help="timed samples per case, at least"),
+    min_time: float = typer.Option(
+        DEFAULT_MIN_TIME_S, help="seconds of timed samples per case, at least (fast calls: more)"
+    ),
+    max_spread: str = typer.Option(
+        "10%", help="a case whose IQR/median exceeds this is marked unstable"
+    ),
     warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
     seed: int = typer.Option(0, help="seed of the generated inputs"),
     threads: int = typer.Option(None, help="CPU threads for torch and numba (default: torch's)"),
     baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
     isolate: bool = typer.Option(
         False, help="run each case in a fresh process: a crash becomes a `crashed` row"
+    ),
+    resume: bool = typer.Option(
+        False, help="continue the run in --csv/--json: skip the cases it already completed"
     ),
     csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
     json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
@@ -195,10 +206,12 @@ def time_cmd(
     from attnbench.spec import (
         MAX_COUNT,
         check_inputs_fit,
+        check_min_time,
         check_seed,
         check_threads,
         non_negative,
         parse_dtype,
+        parse_fraction,
         parse_grids,
         parse_sizes,
         positive,
@@ -232,6 +245,8 @@ def time_cmd(
         warmup=non_negative(warmup, "--warmup", MAX_COUNT),
         seed=seed,
         baseline=get_backend(baseline),
+        min_time=check_min_time(min_time),
+        max_spread=parse_fraction(max_spread, "--max-spread"),
     )
     check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)
     cases = spec.cases
@@ -239,14 +254,17 @@ def time_cmd(
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.env import environment
-    from attnbench.tables import time_table
+    from attnbench.tables import time_table, unstable_warning
 
     steady_allocator()
     threads = _set_threads(threads)
     executor = _executor(isolate, TIME, threads, steady=True)
-    with _sink(environment(spec.device, threads, seed), csv, json) as sink:
+    with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
         rows = _sweep(lambda on_case: run_time(spec, on_case, sink, executor), len(cases))
     console.print(time_table(rows, spec.baseline))
+    warning = unstable_warning(rows, spec.max_spread)
+    if warning:
+        typer.echo(warning, err=True)
     _finish(sink, rows, plot)
 
 
@@ -346,6 +364,9 @@ def error_cmd(
     isolate: bool = typer.Option(
         False, help="run each case in a fresh process: a crash becomes a `crashed` row"
     ),
+    resume: bool = typer.Option(
+        False, help="continue the run in --csv/--json: skip the cases it already completed"
+    ),
     batch: int = typer.Option(1, help="batch size (generated inputs)"),
     heads: int = typer.Option(4, help="attention heads (generated inputs)"),
     dim: int = typer.Option(64, help="head dimension d (generated inputs)"),
@@ -411,7 +432,7 @@ def error_cmd(
 
     threads = _set_threads(threads)
     executor = _executor(isolate, spec.measure, threads)
-    with _sink(environment(spec.device, threads, seed), csv, json) as sink:
+    with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
         rows = _sweep(lambda on_case: run_error(spec, on_case, sink, executor), len(cases))
     console.print(error_table(rows))
     _finish(sink, rows, plot)

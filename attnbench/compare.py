@@ -22,6 +22,7 @@ from rich.table import Table
 
 from attnbench.errors import UsageError
 from attnbench.results import read_rows
+from attnbench.spec import parse_fraction
 
 METRICS = ("time_ms",)  # first_call_ms has one sample and peak_mib is not a time
 CASE_KEY = ("backend", "device", "dtype", "mode", "inputs", "batch", "heads", "seq", "dim")
@@ -104,17 +105,7 @@ def parse_samples(value) -> list[float]:
 
 def parse_threshold(text: str) -> float:
     """ "5%" or "0.05" -> 0.05. A bare number is a fraction, so it must be below 1."""
-    raw = text.strip()
-    percent = raw.endswith("%")
-    try:
-        value = float(raw.removesuffix("%"))
-    except ValueError:
-        value = math.nan
-    if percent:
-        value /= 100
-    if not math.isfinite(value) or value < 0 or (not percent and value >= 1):
-        raise UsageError(f"--fail-above: expected a slowdown like 5% or 0.05, got {text!r}")
-    return value
+    return parse_fraction(text, "--fail-above", "a slowdown")
 
 
 def load_times(path: Path) -> pd.DataFrame:

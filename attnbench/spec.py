@@ -8,6 +8,7 @@ a run (or take the machine down) when handed one too large.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -287,3 +288,28 @@ def writable_file(path: Path, option: str) -> Path:
     except OSError as exc:
         raise UsageError(f"{option}: cannot create files in {parent} ({exc.strerror})") from None
     return path
+
+
+MAX_MIN_TIME_S = 3600.0  # an hour of samples per case: beyond it a typo, not a study
+
+
+def parse_fraction(text: str, option: str, what: str = "a fraction") -> float:
+    """ "10%" or "0.1" -> 0.1. A bare number is a fraction, so it must be below 1."""
+    raw = str(text).strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw.removesuffix("%"))
+    except ValueError:
+        value = math.nan
+    if percent:
+        value /= 100
+    if not math.isfinite(value) or value < 0 or (not percent and value >= 1):
+        raise UsageError(f"{option}: expected {what} like 5% or 0.05, got {text!r}")
+    return value
+
+
+def check_min_time(seconds: float) -> float:
+    """--min-time: seconds of timed samples per case, 0 (repeats alone) up to an hour."""
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_MIN_TIME_S):
+        raise UsageError(f"--min-time: must be 0..{MAX_MIN_TIME_S:.0f} seconds, got {seconds}")
+    return seconds

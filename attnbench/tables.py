@@ -42,9 +42,10 @@ def backends_table(classes: dict) -> Table:
 
 
 def time_table(rows: list, baseline) -> Table:
-    """A line per backend and length: median, spread, peak memory, speed-up, status."""
+    """A line per backend and length: median, spread, peak memory, speed-up, status; an
+    unstable case (spread above --max-spread) is marked in its spread and status."""
     table = Table(title="attnbench time")
-    for column in ("backend", "n", "median ms", "p10-p90 ms", "peak MiB"):
+    for column in ("backend", "n", "median ms", "p10-p90 ms", "spread", "peak MiB"):
         table.add_column(column, justify="left" if column == "backend" else "right")
     table.add_column(f"speed-up vs {baseline.label}", justify="right")
     table.add_column("status")
@@ -61,16 +62,40 @@ def time_table(rows: list, baseline) -> Table:
         if speedup is None and ok and (n, inputs) in base:
             speedup = base[(n, inputs)] / r.value
         peak = peaks.get((backend, n, inputs))
+        unstable = ok and r.stable is False
         table.add_row(
             _label(backend),
             str(n),
             f"{r.value:.3f}" if ok else "-",
             f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
+            _spread(r) if ok else "-",
             f"{peak:.1f}" if peak is not None else "-",
             f"{speedup:.2f}x" if speedup else "-",
-            _status(r),
+            "[yellow]unstable[/yellow]" if unstable else _status(r),
         )
     return table
+
+
+def _spread(row) -> str:
+    """IQR / median of the kept samples, with a `!` when the case was judged unstable."""
+    if row.spread is None:
+        return "-"
+    return f"{row.spread:.1%}" + (" !" if row.stable is False else "")
+
+
+def unstable_warning(rows: list, max_spread: float) -> str | None:
+    """One line naming the unstable time cases and the likely cause, or None if none was."""
+    from attnbench.measure.conditions import likely_cause
+
+    unstable = [r for r in rows if r.metric == "time_ms" and r.status == "ok" and r.stable is False]
+    if not unstable:
+        return None
+    names = ", ".join(f"{_label(r.backend)} n={r.seq} ({r.spread:.0%})" for r in unstable)
+    cause = likely_cause([r.conditions for r in unstable])
+    return (
+        f"warning: {len(unstable)} case(s) unstable, spread (IQR/median) above {max_spread:.0%}: "
+        f"{names}; likely cause: {cause}. Re-run them on a quieter machine or with --min-time."
+    )
 
 
 def error_table(rows: list) -> Table:

@@ -3,13 +3,17 @@
 No assertions on absolute times: shared machines are too noisy for that.
 """
 
+import contextlib
 import json
+import math
 import time
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
-from attnbench.measure import memory
+from attnbench.measure import memory, timing
 from attnbench.measure.env import environment
 from attnbench.measure.memory import PeakMemory, available_bytes, peak_memory
 from attnbench.measure.threads import set_threads
@@ -36,7 +40,7 @@ def _sleep_first_call_only(seconds: float):
 
 
 def test_timing_returns_every_sample():
-    t = time_call(lambda: sum(range(1000)), "cpu", repeats=7, warmup=3)
+    t = time_call(lambda: sum(range(1000)), "cpu", repeats=7, warmup=3, min_time_s=0)
     assert isinstance(t, Timing)
     assert len(t.samples_ms) == 7
     assert all(s > 0 for s in t.samples_ms)
@@ -50,17 +54,17 @@ def test_first_call_is_reported_separately():
     t = time_call(fn, "cpu", repeats=5, warmup=5)
     assert t.first_call_ms >= 50
     assert t.median < 50
-    assert len(calls) == 1 + t.warmup_calls + 5 * t.loops
+    assert len(calls) == t.calls == 1 + t.warmup_calls + len(t.samples_ms) * t.loops
 
 
 def test_warmup_zero_means_first_call_only():
-    t = time_call(lambda: sum(range(1000)), "cpu", repeats=2, warmup=0)
+    t = time_call(lambda: sum(range(1000)), "cpu", repeats=2, warmup=0, min_time_s=0)
     assert t.warmup_calls == 0
-    assert t.stable is False
+    assert t.settled is False
 
 
 def test_short_calls_are_timed_in_blocks():
-    t = time_call(lambda: None, "cpu", repeats=3, warmup=10)
+    t = time_call(lambda: None, "cpu", repeats=3, warmup=10, min_time_s=0)
     assert t.loops > 1
     assert len(t.samples_ms) == 3
 
@@ -70,10 +74,185 @@ def test_long_calls_are_not_blocked():
     assert t.loops == 1
 
 
-@pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"repeats": -1}, {"warmup": -1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"repeats": 0}, {"repeats": -1}, {"warmup": -1}, {"min_time_s": -1}, {"max_spread": -0.1}],
+)
 def test_bad_arguments_raise(kwargs):
     with pytest.raises(ValueError):
         time_call(lambda: None, "cpu", **kwargs)
+
+
+class FakeClock:
+    """A clock that moves only when the timed function runs, by the next of `call_ms`.
+
+    The last duration repeats once the list is used up, so a run of any length is defined.
+    """
+
+    def __init__(self, call_ms: list[float]):
+        self.ns = 0
+        self.call_ms = call_ms
+        self.calls = 0
+
+    def perf_counter_ns(self) -> int:
+        return self.ns
+
+    def advance(self, ms: float) -> None:
+        self.ns += round(ms * 1e6)
+
+    def call(self) -> None:
+        self.advance(self.call_ms[min(self.calls, len(self.call_ms) - 1)])
+        self.calls += 1
+
+
+def _fake_cpu_clock(monkeypatch, call_ms: list[float]) -> FakeClock:
+    clock = FakeClock(call_ms)
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter_ns=clock.perf_counter_ns))
+    return clock
+
+
+def test_reported_time_is_the_median_of_the_kept_samples(monkeypatch):
+    # First call 50 ms, warm-up 30 then 30 (settled), then the five kept samples: the mean
+    # (28.6) and a median over warm-up too (21) both differ from the kept samples' median.
+    kept = [10.0, 12.0, 100.0, 11.0, 10.0]
+    clock = _fake_cpu_clock(monkeypatch, [50.0, 30.0, 30.0, *kept])
+    t = time_call(clock.call, "cpu", repeats=5, warmup=5, min_time_s=0)
+    assert t.first_call_ms == 50.0
+    assert (t.warmup_calls, t.settled, t.loops) == (2, True, 1)
+    assert t.samples_ms == kept
+    assert t.median == 11.0
+    assert (t.iqr, t.spread) == (2.0, pytest.approx(2 / 11))
+    assert t.stable is False
+
+
+def test_min_time_gives_fast_calls_many_samples(monkeypatch):
+    clock = _fake_cpu_clock(monkeypatch, [0.01])
+    t = time_call(clock.call, "cpu", repeats=3, warmup=2, min_time_s=0.05)
+    assert t.loops == 100  # blocked up to MIN_SAMPLE_MS per sample
+    measured_ms = sum(t.samples_ms) * t.loops
+    assert len(t.samples_ms) > 3
+    assert 50 <= measured_ms < 50 + t.samples_ms[-1] * t.loops  # stops at the first sample past it
+
+
+@pytest.mark.parametrize(
+    ("repeats", "min_time_s", "expected"),
+    [(5, 0.05, 5), (2, 0.1, 4), (3, 0, 3)],  # 30 ms calls: repeats is a floor, min-time tops up
+)
+def test_min_time_and_repeats_for_slow_calls(monkeypatch, repeats, min_time_s, expected):
+    clock = _fake_cpu_clock(monkeypatch, [30.0])
+    t = time_call(clock.call, "cpu", repeats=repeats, warmup=2, min_time_s=min_time_s)
+    assert t.loops == 1
+    assert len(t.samples_ms) == expected
+
+
+@pytest.mark.parametrize(("repeats", "expected"), [(5, timing.MAX_SAMPLES), (1200, 1200)])
+def test_sample_count_is_capped_unless_repeats_asks_for_more(monkeypatch, repeats, expected):
+    # Calls that become far faster after warm-up would need a million samples to reach 1 s.
+    clock = _fake_cpu_clock(monkeypatch, [1.0, 1.0, 1.0, 0.001])
+    t = time_call(clock.call, "cpu", repeats=repeats, warmup=2, min_time_s=1.0)
+    assert t.loops == 1
+    assert len(t.samples_ms) == expected
+
+
+def _timing(samples: list[float], max_spread: float = 0.10) -> Timing:
+    return Timing(samples, 1.0, 0, 1, True, "perf_counter_ns", max_spread)
+
+
+@pytest.mark.parametrize(
+    ("samples", "max_spread", "stable"),
+    [
+        ([10.0] * 8 + [10.2, 9.8], 0.10, True),
+        ([9.0, 10.0, 11.0], 0.10, True),  # spread exactly at the threshold
+        ([9.0, 10.0, 11.0], 0.09, False),
+        ([10.0] * 18 + [100.0, 200.0], 0.10, True),  # a few outliers leave the IQR alone
+        ([10.0] * 10 + [20.0] * 10, 0.10, False),  # two modes: the machine changed mid-case
+        ([0.0, 0.0, 0.0], 0.10, True),
+    ],
+)
+def test_stability_verdict_from_the_spread(samples, max_spread, stable):
+    t = _timing(samples, max_spread)
+    assert t.stable is stable
+    q25, q75 = np.percentile(samples, [25, 75])
+    assert t.iqr == pytest.approx(q75 - q25)
+
+
+def test_spread_of_a_zero_median_with_outliers_is_infinite():
+    t = _timing([0.0, 0.0, 0.0, 5.0])  # IQR 1.25, median 0
+    assert t.spread == math.inf
+    assert t.stable is False
+
+
+class FakeCuda:
+    """Stands in for torch.cuda: records the order of flushes, syncs, events and calls.
+
+    The GPU clock moves by FLUSH_MS for each flush and by `call_ms` for each call, so a
+    flush inside the events would show in the timed values.
+    """
+
+    FLUSH_MS = 5.0
+
+    def __init__(self, call_ms: float):
+        self.log: list[str] = []
+        self.now = 0.0
+        self.call_ms = call_ms
+        self.events = 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False):
+                assert enable_timing
+                self.name = "start" if fake.events % 2 == 0 else "end"
+                fake.events += 1
+
+            def record(self) -> None:
+                self.t = fake.now
+                fake.log.append(f"{self.name}.record")
+
+            def elapsed_time(self, end) -> float:
+                return end.t - self.t
+
+        self.Event = Event
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+
+    def flush(self) -> None:
+        self.now += self.FLUSH_MS
+        self.log.append("flush")
+
+    def fn(self) -> None:
+        self.now += self.call_ms
+        self.log.append("fn")
+
+
+def _fake_cuda(monkeypatch, call_ms: float) -> FakeCuda:
+    fake = FakeCuda(call_ms)
+    monkeypatch.setattr(torch.cuda, "Event", fake.Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", fake.synchronize)
+    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
+    monkeypatch.setattr(timing, "_l2_flusher", lambda dev: fake.flush)
+    return fake
+
+
+@pytest.mark.parametrize(("call_ms", "loops"), [(2.0, 1), (0.25, 4)])
+def test_cuda_flush_precedes_every_timed_call_outside_the_events(monkeypatch, call_ms, loops):
+    fake = _fake_cuda(monkeypatch, call_ms)
+    t = time_call(fake.fn, "cuda:0", repeats=3, warmup=2, min_time_s=0)
+    assert t.timer == "cuda-event"
+    assert t.loops == loops
+    one_call = ["flush", "start.record", "fn", "end.record"]
+    measures = [1] * (1 + t.warmup_calls) + [t.loops] * len(t.samples_ms)
+    expected = [step for loops in measures for step in ["sync", *one_call * loops, "sync"]]
+    assert fake.log == expected
+    assert t.first_call_ms == call_ms  # the flush's time is never counted
+    assert t.samples_ms == [call_ms] * 3
+
+
+def test_cuda_without_flush(monkeypatch):
+    fake = _fake_cuda(monkeypatch, 2.0)
+    t = time_call(fake.fn, "cuda", repeats=3, warmup=2, min_time_s=0, flush_l2=False)
+    assert "flush" not in fake.log
+    assert fake.log.count("fn") == t.calls
 
 
 def _allocate(mib: int):

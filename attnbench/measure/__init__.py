@@ -1,4 +1,10 @@
-"""Measuring a call: wall time, peak memory, and the environment record kept with results."""
+"""Measuring a call: wall time, peak memory, and the environment record kept with results.
+
+This module imports nothing heavy, so the command line can show its defaults without torch.
+"""
+
+DEFAULT_MIN_TIME_S = 0.2  # measured time per case; a fast call gets this many ms of samples
+DEFAULT_MAX_SPREAD = 0.10  # IQR / median above this marks a case unstable
 
 
 def is_cuda(device: str) -> bool:

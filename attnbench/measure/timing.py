@@ -2,8 +2,11 @@
 
 The first call is reported on its own because it includes compilation and lazy set-up.
 Warm-up then runs until two consecutive times agree, so samples measure the steady state.
-Calls shorter than 1 ms are timed in back-to-back blocks, since a single call would be
-dominated by timer resolution and call overhead.
+Calls shorter than a sample's minimum are timed in back-to-back blocks, since a single call
+would be dominated by timer resolution and call overhead. Samples are then taken until both
+`repeats` samples and `min_time_s` of measured time are reached, so fast calls get many
+samples and slow ones at least `repeats` (as torch.utils.benchmark's blocked_autorange).
+The verdict on noise comes from the spread of those samples: IQR over median.
 """
 
 from __future__ import annotations
@@ -17,30 +20,35 @@ from functools import partial
 import numpy as np
 import torch
 
-from attnbench.measure import is_cuda
+from attnbench.measure import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, is_cuda
 
 CPU_TIMER = "perf_counter_ns"
 CUDA_TIMER = "cuda-event"
 
-STABLE_TOLERANCE = 0.10  # last two warm-up times must agree within this, relative to their min
+MAX_SAMPLES = 1000  # more samples than this are only taken when `repeats` asks for them
+SETTLE_TOLERANCE = 0.10  # last two warm-up times must agree within this, relative to their min
 MIN_SAMPLE_MS = 1.0  # shorter calls are repeated back-to-back within one sample
 L2_FALLBACK_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
 class Timing:
-    """Every timed sample plus what is needed to judge them (first call, warm-up, blocking)."""
+    """Every kept sample plus what is needed to judge them (first call, warm-up, blocking).
 
-    samples_ms: list[float]  # every timed sample, ms per call
+    Statistics are computed from `samples_ms` only: warm-up and the first call never count.
+    """
+
+    samples_ms: list[float]  # every timed sample after warm-up, ms per call
     first_call_ms: float  # the very first call (includes JIT compile, lazy init)
     warmup_calls: int  # warm-up calls made after the first call
-    loops: int  # calls per sample (>1 only for very short calls, blocked timing)
-    stable: bool  # whether warm-up reached a stable time before hitting the cap
+    loops: int  # calls per sample (>1 only for short calls, blocked timing)
+    settled: bool  # whether warm-up reached a steady time before hitting its cap
     timer: str  # "perf_counter_ns" or "cuda-event"
+    max_spread: float = DEFAULT_MAX_SPREAD  # the threshold `stable` is judged against
 
     @property
     def median(self) -> float:
-        return float(np.percentile(self.samples_ms, 50))
+        return float(np.median(self.samples_ms))
 
     @property
     def p10(self) -> float:
@@ -49,6 +57,28 @@ class Timing:
     @property
     def p90(self) -> float:
         return float(np.percentile(self.samples_ms, 90))
+
+    @property
+    def iqr(self) -> float:
+        q25, q75 = np.percentile(self.samples_ms, [25, 75])
+        return float(q75 - q25)
+
+    @property
+    def spread(self) -> float:
+        """IQR / median: robust to a few outliers, unlike the standard deviation."""
+        median = self.median
+        if median > 0:
+            return self.iqr / median
+        return 0.0 if self.iqr == 0 else math.inf
+
+    @property
+    def stable(self) -> bool:
+        return self.spread <= self.max_spread
+
+    @property
+    def calls(self) -> int:
+        """Every call `time_call` made, for dividing a counter read around it (energy)."""
+        return 1 + self.warmup_calls + len(self.samples_ms) * self.loops
 
 
 def timer_name(device: str) -> str:
@@ -61,55 +91,77 @@ def time_call(
     device: str,
     repeats: int = 10,
     warmup: int = 10,
+    min_time_s: float = DEFAULT_MIN_TIME_S,
+    max_spread: float = DEFAULT_MAX_SPREAD,
     flush_l2: bool = True,
 ) -> Timing:
-    """Time `fn` (inputs already built by the caller): first call, warm-up, then `repeats` samples.
+    """Time `fn` (inputs already built by the caller): first call, warm-up, then samples.
 
-    `warmup` caps the warm-up calls after the first call; 0 means none, and then `stable` is
-    False because stability was never observed. On CUDA the L2 cache is flushed before each
-    timed call, so samples do not benefit from data left in cache by the previous call.
+    `repeats` is a floor on the sample count; sampling goes on until `min_time_s` seconds of
+    measured time are also reached, or MAX_SAMPLES samples (whichever of that and `repeats`
+    is larger) are taken. Samples are blocked so that MAX_SAMPLES of them reach `min_time_s`.
+    `warmup` caps the warm-up calls after the first call; 0 means none, and then `settled`
+    is False because a steady time was never observed. On CUDA the L2 cache is flushed
+    before every timed call, outside the timed region, so no call reads data that the
+    previous one left in cache.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if min_time_s < 0:
+        raise ValueError(f"min_time_s must be >= 0, got {min_time_s}")
+    if max_spread < 0:
+        raise ValueError(f"max_spread must be >= 0, got {max_spread}")
 
+    schedule = partial(
+        _run, warmup=warmup, repeats=repeats, min_time_s=min_time_s, max_spread=max_spread
+    )
     if is_cuda(device):
         dev = torch.device(device)
         with torch.cuda.device(dev):
             flush = _l2_flusher(dev) if flush_l2 else _no_flush
-            return _run(partial(_time_cuda, fn, flush=flush), warmup, repeats, CUDA_TIMER)
-    return _run(partial(_time_cpu, fn), warmup, repeats, CPU_TIMER)
+            return schedule(partial(_time_cuda, fn, flush=flush), timer=CUDA_TIMER)
+    return schedule(partial(_time_cpu, fn), timer=CPU_TIMER)
 
 
 def _run(
     measure: Callable[[int], float],
     warmup: int,
     repeats: int,
+    min_time_s: float,
+    max_spread: float,
     timer: str,
 ) -> Timing:
     """The device-independent schedule; `measure(loops)` returns ms per call."""
     first_ms = measure(1)
 
     warm: list[float] = []
-    stable = False
+    settled = False
     while len(warm) < warmup:
         warm.append(measure(1))
         if len(warm) >= 2 and _agree(warm[-2], warm[-1]):
-            stable = True
+            settled = True
             break
 
     call_ms = warm[-1] if warm else first_ms
+    sample_ms = max(MIN_SAMPLE_MS, 1000 * min_time_s / MAX_SAMPLES)
     loops = 1
-    if call_ms < MIN_SAMPLE_MS:
-        loops = math.ceil(MIN_SAMPLE_MS / max(call_ms, 1e-6))
+    if call_ms < sample_ms:
+        loops = math.ceil(sample_ms / max(call_ms, 1e-6))
 
-    samples = [measure(loops) for _ in range(repeats)]
-    return Timing(samples, first_ms, len(warm), loops, stable, timer)
+    min_time_ms = 1000 * min_time_s
+    cap = max(repeats, MAX_SAMPLES)
+    samples: list[float] = []
+    measured_ms = 0.0
+    while len(samples) < repeats or (measured_ms < min_time_ms and len(samples) < cap):
+        samples.append(measure(loops))
+        measured_ms += samples[-1] * loops
+    return Timing(samples, first_ms, len(warm), loops, settled, timer, max_spread)
 
 
 def _agree(a: float, b: float) -> bool:
-    return abs(a - b) <= STABLE_TOLERANCE * min(a, b)
+    return abs(a - b) <= SETTLE_TOLERANCE * min(a, b)
 
 
 def _time_cpu(fn: Callable[[], object], loops: int) -> float:
@@ -121,17 +173,24 @@ def _time_cpu(fn: Callable[[], object], loops: int) -> float:
 
 
 def _time_cuda(fn: Callable[[], object], loops: int, flush: Callable[[], None]) -> float:
-    """Events bracket only the calls: the flush and earlier work finish before `start`."""
-    flush()
+    """Each call has its own pair of events; the flush before it is queued outside them.
+
+    The first synchronize makes earlier work finish before the block; the flush is queued
+    on the same stream before `start`, so it never counts, and while the GPU runs it the
+    CPU queues the call, so launch latency does not count either.
+    """
     torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
+    events = []
     for _ in range(loops):
+        flush()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
         fn()
-    end.record()
+        end.record()
+        events.append((start, end))
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / loops
+    return sum(start.elapsed_time(end) for start, end in events) / loops
 
 
 def _l2_flusher(dev: torch.device) -> Callable[[], None]:

@@ -20,8 +20,10 @@ from attnbench import runner
 from attnbench.backends import Backend
 from attnbench.case import MODES, Case
 from attnbench.inputs import Inputs
+from attnbench.measure import conditions
 from attnbench.measure.memory import peak_memory
-from attnbench.measure.timing import time_call
+from attnbench.measure.telemetry import GpuTelemetry
+from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, time_call
 from attnbench.results import Row
 from attnbench.runner import Measure, case_row
 
@@ -45,6 +47,8 @@ class TimeSpec:
     grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
     inputs: Inputs | None = None  # None: random; a file's shape sets batch, heads and dim
     baseline: Backend | None = None  # speed-ups are against this backend, when it runs
+    min_time: float = DEFAULT_MIN_TIME_S  # seconds of samples per case, at least
+    max_spread: float = DEFAULT_MAX_SPREAD  # IQR / median above this marks a case unstable
 
     def __post_init__(self):
         if self.grids:
@@ -64,7 +68,12 @@ class TimeSpec:
         repeated over batch and heads."""
         base = self.baseline.spec if self.baseline else None
         backends = sorted(self.backends, key=lambda b: b.spec != base)
-        settings = {"repeats": self.repeats, "warmup": self.warmup}
+        settings = {
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "min_time": self.min_time,
+            "max_spread": self.max_spread,
+        }
         dtype = str(self.dtype).removeprefix("torch.")
         shared = dict(
             study="time", inputs=self.inputs, batch=self.batch, heads=self.heads,
@@ -79,11 +88,20 @@ class TimeSpec:
 
 
 def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
-    """Median time of the call (every sample kept), its first call, and its peak memory."""
+    """Median time of the call (every sample kept) with its stability verdict and the host's
+    (and GPU's) conditions around it, its first call, and its peak memory."""
     call = _timed_call(partial(case.backend, grid=case.grid), inputs(), case.mode)
-    timing = time_call(call, case.device, case.settings["repeats"], case.settings["warmup"])
+    settings = case.settings
+    telemetry = GpuTelemetry(case.device)
+    before = conditions.snapshot(case.device)
+    telemetry.start()
+    timing = time_call(
+        call, case.device, settings["repeats"], settings["warmup"],
+        min_time_s=settings["min_time"], max_spread=settings["max_spread"],
+    )  # fmt: skip
+    gpu = telemetry.stop(timing.calls)
+    around = conditions.case_conditions(before, conditions.snapshot(case.device)) | gpu
     memory = peak_memory(call, case.device)
-    settled = getattr(timing, "settled", getattr(timing, "stable", True))
     return [
         case_row(
             case,
@@ -94,8 +112,11 @@ def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
             p90=timing.p90,
             count=len(timing.samples_ms),
             samples=list(timing.samples_ms),
-            method=timing.timer,
-            reason="" if settled else "warm-up did not settle within the cap",
+            method=timing.timer if timing.loops == 1 else f"{timing.timer} x{timing.loops}",
+            reason="" if timing.settled else "warm-up did not settle within the cap",
+            stable=timing.stable,
+            spread=timing.spread,
+            conditions=around,
         ),
         case_row(case, "first_call_ms", value=timing.first_call_ms, unit="ms", count=1),
         case_row(
