@@ -34,7 +34,7 @@ from attnbench.studies.exact import exact_softmax
 
 runner = CliRunner()
 
-TINY = ["--repeats", "2", "--warmup", "1", "--heads", "1", "--dim", "8"]
+TINY = ["--repeats", "2", "--min-time", "0", "--warmup", "1", "--heads", "1", "--dim", "8"]
 ALL_BACKENDS = ("softmax", "sdpa", "yoso", "yoso-e")
 TIME_METRICS = {"time_ms", "first_call_ms", "peak_mib"}
 VS_SOFTMAX = {"radian_vs_softmax", "rel_frobenius_vs_softmax", "max_abs_vs_softmax"}
@@ -861,3 +861,68 @@ def test_scram_runs_on_a_sequence_in_the_error_study(tmp_path):
     scram = df[df["backend"].str.startswith("scram")].set_index("metric")["value"]
     assert {"captured_mass_vs_softmax", "argmax_hit_rate", "recall_at_kappa"} <= set(scram.index)
     assert 0 < scram["recall_at_kappa"] <= 1
+
+
+def _stability_run(tmp_path, max_spread: str):
+    csv = tmp_path / f"s{len(max_spread)}.csv"
+    args = ["time", "--seq", "16,32", "--repeats", "6", "--min-time", "0", "--warmup", "1"]
+    args += ["--heads", "1", "--dim", "8", "--backends", "softmax,sdpa", "--csv", csv]
+    result = invoke(*args, "--max-spread", max_spread)
+    assert_ok(result)
+    return result, pd.read_csv(csv)
+
+
+def test_a_spread_above_max_spread_is_flagged_in_rows_table_and_a_warning(tmp_path):
+    result, df = _stability_run(tmp_path, "0%")  # any two different samples exceed it
+    times = df[df["metric"] == "time_ms"]
+    assert (times["stable"] == False).all() and (times["spread"] > 0).all()  # noqa: E712
+    assert "unstable" in result.stdout
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "4 case(s) unstable" in warning[0]
+    assert "softmax n=16" in warning[0] and "likely cause:" in warning[0]
+
+
+def test_a_spread_within_max_spread_is_not_flagged(tmp_path):
+    result, df = _stability_run(tmp_path, "100000%")
+    times = df[df["metric"] == "time_ms"]
+    assert (times["stable"] == True).all()  # noqa: E712
+    assert "warning:" not in result.stderr and "unstable" not in result.stdout
+    # the host's conditions around each case are in its row
+    assert times[["load_before", "load_after"]].notna().all().all()
+
+
+def test_min_time_gives_fast_calls_more_samples_than_repeats(tmp_path):
+    csv = tmp_path / "r.csv"
+    args = ["time", "--seq", "16", "--repeats", "3", "--min-time", "0.05", "--warmup", "1"]
+    assert_ok(invoke(*args, "--heads", "1", "--dim", "8", "--backends", "sdpa", "--csv", csv))
+    count = pd.read_csv(csv).set_index("metric").loc["time_ms", "count"]
+    assert count > 3
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--min-time", "-1"), ("--min-time", "nan"), ("--min-time", "1e9"),
+     ("--max-spread", "abc"), ("--max-spread", "-5%"), ("--max-spread", "2")],
+)  # fmt: skip
+def test_bad_min_time_and_max_spread_are_one_line_errors(tmp_path, option, value):
+    result = invoke("time", "--seq", "16", option, value, "--csv", tmp_path / "r.csv")
+    assert_one_line_error(result, option)
+    assert not list(tmp_path.iterdir())
+
+
+def test_resume_runs_only_the_cases_the_file_lacks(tmp_path):
+    csv = tmp_path / "r.csv"
+    args = ["time", *TINY, "--backends", "sdpa,softmax", "--csv", csv]
+    assert_ok(invoke(*args, "--seq", "16,32"))
+    first = pd.read_csv(csv)
+    assert_ok(invoke(*args, "--seq", "16,32,64", "--resume"))
+    second = pd.read_csv(csv)
+    kept = second[second["seq"] < 64].reset_index(drop=True)
+    # the completed cases are kept exactly as measured (same samples, same run id)
+    pd.testing.assert_frame_equal(kept[first.columns], first)
+    new = second[second["seq"] == 64]
+    assert len(new) == 6 and (new["run_id"] != first["run_id"].iloc[0]).all()
+
+
+def test_resume_needs_an_output_file():
+    assert_one_line_error(invoke("time", "--seq", "16", "--resume"), "--resume")
