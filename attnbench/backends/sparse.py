@@ -14,9 +14,9 @@ the default l. Every query is in its own A1, so no row is empty.
 The forward pass is block-sparse in plain torch: queries are cut into blocks of l, each block
 scores only its band/block keys and the strided/summary keys, and one softmax runs over both
 parts, so the cost is O(n (l + n/l) d) for strided and O(n (l + c n/l) d) for fixed instead of
-O(n^2 d). torch's flex_attention was measured on CPU and not used: eager it materialises the
-full score matrix, compiled it was no faster than dense sdpa, since the strided columns and
-the summary keys fall in every 128 x 128 tile, so its block mask can skip no tile at all.
+O(n^2 d). torch's flex_attention does not fit these patterns on the CPU: eager it
+materialises the full score matrix, and compiled its block mask can skip no 128 x 128 tile,
+since the strided columns and the summary keys fall in every tile, so it does dense work.
 """
 
 from __future__ import annotations

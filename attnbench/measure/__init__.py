@@ -3,7 +3,7 @@
 This module imports nothing heavy, so the command line can show its defaults without torch.
 """
 
-DEFAULT_MIN_TIME_S = 0.2  # measured time per case; a fast call gets this many ms of samples
+DEFAULT_MIN_TIME_S = 0.2  # seconds of timed samples per case, at least: fast calls get many
 DEFAULT_MAX_SPREAD = 0.10  # IQR / median above this marks a case unstable
 
 

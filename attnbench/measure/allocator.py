@@ -2,11 +2,11 @@
 
 With glibc's defaults, a freed multi-MiB tensor goes back to the OS and the next one is
 faulted in page by page; whether that happens drifts from process to process, so the same
-call timed in two processes differed by up to 1.6x, and every tensor above 32 MiB (glibc's
-largest mmap threshold) paid the faults on every call (yoso-32 at n = 65536: 176 ms with,
-117 ms without). Serving every block from the heap and trimming only above 1 GiB keeps
-freed blocks for reuse, so timings measure the attention call, not the page faults, for
-every backend alike. Peak memory is unaffected: it trims and reads the high-water mark.
+call times differently in two processes, and every tensor above 32 MiB (glibc's largest
+mmap threshold) pays the faults on every call. Serving every block from the heap and
+trimming only above 1 GiB keeps freed blocks for reuse, so timings measure the attention
+call, not the page faults, for every backend alike. Peak memory is unaffected: it trims and
+reads the high-water mark.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from numba import float32, njit
 # Longest fast-hash transform a CUDA thread keeps in its local buffer (d <= 1024).
 MAX_PADDED_DIM = 1024
 # Bytes of hash tables one CPU worker keeps hot at once: a core's L2. Fewer, larger chunks
-# mean fewer passes over the values and outputs, which is what limits long sequences
-# (measured at n = 65536: 187 ms with 512 KiB, 161 ms with 1 MiB; 2 MiB gained nothing).
+# mean fewer passes over the values and outputs, which is what limits long sequences, so a
+# chunk is as large as the tables that stay in L2.
 TABLE_BUDGET = 1024 * 1024
 
 

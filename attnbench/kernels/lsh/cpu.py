@@ -20,8 +20,8 @@ from numba import float32, njit, prange, uint64
 from attnbench.kernels.lsh.core import hash_chunk, sign_code
 
 # Rows hashed together by the fast hash, the contiguous axis of its [d_pad, rows] buffer.
-# 64 = four AVX-512 vectors; with 16, LLVM unrolls the row loop and, unable to prove rows j
-# and j + h apart, leaves it scalar (10x slower).
+# 64 = four AVX-512 vectors; at 16, LLVM unrolls the row loop and, unable to prove rows j
+# and j + h apart, leaves it scalar.
 FAST_ROWS = 64
 # Rows a Gaussian-hash work unit projects at once (shares each projection row's loads).
 GAUSS_ROWS = 8
@@ -199,8 +199,7 @@ def fast_codes(x: np.ndarray, diags: np.ndarray, tau: int, out: np.ndarray) -> N
 #
 # Tables are flat and indexed by unsigned offsets (`_bucket`): with signed indices numba
 # adds a negative-index wraparound to every access, which stops the column loops from
-# vectorising (3-4x slower). Codes are masked to tau bits, so bad codes cannot write out
-# of bounds.
+# vectorising. Codes are masked to tau bits, so bad codes cannot write out of bounds.
 
 
 @njit(inline="always")

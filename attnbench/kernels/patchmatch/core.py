@@ -15,8 +15,7 @@ Indices are int32, so H * W < 2^31.
 Hot indices computed from data (a key read from a list, a row, a proposal count) are cast
 to uint64 (`at`) before indexing: numba wraps a negative signed index around the axis, a
 compare and add per access that the compiler cannot drop for a value it cannot prove
-non-negative; an unsigned one needs none (CPU PatchMatch at 128x128 about 12 % faster, same
-matches). Every such index is non-negative by construction.
+non-negative; an unsigned one needs none. Every such index is non-negative by construction.
 
 Masks: `valid` uint8 [B, n] marks the keys that may be attended (the backend's token mask,
 repeated over heads); with `masked` False it is never read, so unmasked runs pay one
@@ -101,8 +100,8 @@ def at(i):
 @njit(inline="always")
 def score(q, k, b, p, j, scale):
     """s(p, j) = <q_p, k_j> * scale, summed in fp32 over c = 0 .. d-1 in order. d = 3 (the
-    seed's image setting) is spelled out: the same sums, without a loop whose trip count
-    the compiler does not know (that loop cost the CPU random search a sixth of its time)."""
+    seed's image setting, the hot case) is spelled out: the same sums, without a loop whose
+    trip count the compiler does not know."""
     if q.shape[2] == 3:
         return score3(q[b, p, 0], q[b, p, 1], q[b, p, 2], k, b, j, scale)
     acc = float32(0.0)
@@ -150,7 +149,7 @@ def chebyshev(a, c, W):
 @njit(inline="always")
 def near(a, c, L, W):
     """chebyshev(a, c, W) < L. Pixels that close have |a - c| <= (L - 1)(W + 1): testing
-    that first skips the integer divisions for most pairs (they made mode 4x slower)."""
+    that first spares most pairs the integer divisions, the costly part of the test."""
     if abs(a - c) > (L - 1) * (W + 1):
         return False
     return chebyshev(a, c, W) < L
@@ -277,11 +276,10 @@ def propagate_query(
 
     batched (the CPU): the proposals are listed in `cand` (>= 8 kappa long) and all scored
     into `cand_sc` before any is tried, so the key gathers overlap instead of each waiting
-    behind the previous proposal's test (PatchMatch about 7 % faster, same matches); the
-    list's worst score is then kept in a local, reread only after an insertion, and a
-    proposal is compared with it before anything else (3 % faster; the mode variant 13 %). A GPU
-    thread tries each as it comes (`cand` unused): there the list would sit in slow local
-    memory (PatchMatch took 3.5 instead of 2.7 ms at 128x128 on an H100).
+    behind the previous proposal's test; the list's worst score is then kept in a local,
+    reread only after an insertion, and a proposal is compared with it before anything else,
+    which rejects most proposals without touching the list. A GPU thread tries each as it
+    comes (`cand` unused): there the proposal list would sit in slow local memory.
 
     changed_at[old, row] is the last pass that changed a list. A neighbour whose list has not
     changed since pass `since` (this pass one iteration earlier) offers exactly what p
@@ -442,19 +440,19 @@ def window_softmax_query(
     the number of keys used (0: out[b, p] = 0).
 
     my, mx: scratch rows (row r, >= kappa wide) for the matches' pixel coordinates, found
-    once here: the duplicate test runs for every key of every window and dividing there
-    took much of the time. Two passes over the candidates: the max score, then
-    exp(s - max) sums (fp32). At d = 3 the query, and at dv = 3 the sums, stay in local
-    variables instead of being read and written through the arrays for every key (the CPU
-    kernel 11.2 -> 9.7 ms at 128x128, same outputs).
+    once here, so the duplicate test, which runs for every key of every window, divides
+    nothing. Two passes over the candidates: the max score, then exp(s - max) sums (fp32).
+    At d = 3 the query, and at dv = 3 the sums, stay in local variables rather than being
+    read and written through the arrays for every key, which the compiler cannot do itself:
+    it cannot prove that the arrays do not overlap.
 
     buffered (the CPU): the first pass lists the keys and their scores in row r of keys /
     key_sc (>= kappa (2 radius + 1)^2 wide) and the second reads them back, rather than
-    walking the windows and scoring again (9.0 -> 6.8 ms at 128x128, same outputs), and
-    takes their exponentials in one vectorised loop (`exp_shifted`, scratch rows exp_bits
-    and exp_scale, its int32 and float32 views; 6.7 -> 4.4 ms, outputs within 3e-7). A GPU
-    thread walks the windows twice and calls `math.exp` (the five scratch arguments after
-    `masked` unused): it has no room for a list that long.
+    walking the windows and scoring again, and takes their exponentials in one vectorised
+    loop (`exp_shifted`, scratch rows exp_bits and exp_scale, its int32 and float32 views;
+    within a few float32 ulps of `math.exp`, not bit for bit). A GPU thread walks the
+    windows twice and calls `math.exp` (the five scratch arguments after `masked` unused):
+    it has no room for a list that long.
     """
     kappa = matches.shape[2]
     for e in range(kappa):

@@ -9,8 +9,7 @@ there is no per-pass Python overhead.
 A list being updated lives in a small scratch array allocated inside the kernel and is
 copied to and from its field: the compiler must assume that the caller's arrays may
 overlap, so a store into a field could change the query, the keys or the other field,
-while a fresh array provably overlaps nothing (propagation about 18 % faster at 128x128,
-same matches).
+while a fresh array provably overlaps nothing, so nothing needs reloading after a store.
 All functions take C-contiguous numpy arrays (float32 / int32) and overwrite their outputs.
 The thread count is numba's (`numba.set_num_threads`).
 Given a `clock` array, a run stamps the time after every pass (`pass_times`): timing the
@@ -18,8 +17,8 @@ stages of one real run, rather than runs with a stage left out, whose lists and 
 work differ.
 
 Caution: `cache=True` keys the on-disk cache on this file only, not on `core`, whose
-helpers are inlined here; after editing `core`, delete this package's `__pycache__/cpu.*.nb*`
-(a stale cache once hid a 3x speed-up of the mode variant).
+helpers are inlined here; after editing `core`, delete this package's `__pycache__/cpu.*.nb*`,
+or a stale cache silently runs the old `core` code.
 """
 
 from __future__ import annotations
@@ -61,13 +60,12 @@ def _random_search_block(
     the queries (integer hashing, vectorised), score them in another (gathers of keys, which
     would keep the first loop scalar), then try them on each list in order, skipping the
     lists that none of them can change: none beats a full max list's worst entry except keys
-    already listed. That test runs in vectorised loops over the queries, one per list entry;
-    on a smooth image the small radii often draw listed neighbours of the centre, and trying
-    those lists one by one cost 40 % of the random search (PatchMatch on a 128x128
-    photograph 18.9 -> 16.5 ms, random inputs 89.2 -> 87.9 ms with 4 heads). A query's
-    proposals around entry i depend only on that centre, read before any of them is tried,
-    as in the per-query version. Entries are only empty (-1) at a list's tail, so a nonempty
-    entry i has counter i * levels + level there too."""
+    already listed. That test runs in vectorised loops over the queries, one per list entry:
+    on a smooth image the small radii often draw listed neighbours of the centre, which beat
+    the worst entry yet change nothing, and trying those lists one by one would take much of
+    the random search. A query's proposals around entry i depend only on that centre, read
+    before any of them is tried, as in the per-query version. Entries are only empty (-1) at
+    a list's tail, so a nonempty entry i has counter i * levels + level there too."""
     n = q.shape[1]
     levels = _search_levels(H, W)
     row0 = b * n + p0

@@ -36,10 +36,10 @@ skip_since = _helpers["skip_since"]
 window_softmax_query = _helpers["window_softmax_query"]
 
 
-# At most 128 registers a thread for the fused kernel, which would take 177 (from the init,
-# propagation and search code it holds): then 4 blocks of 128 threads fit per SM in a
-# cooperative grid, not 2, and on an H100 PatchMatch ran 1.70 ms instead of 2.35 ms at
-# 128x128 (6.2 vs 8.8 ms at 256x256), same matches. The simulator takes no such option.
+# At most 128 registers a thread for the fused kernel, which would take more (it holds the
+# init, propagation and search code): fewer registers let more blocks fit per SM, and a
+# cooperative grid is only as large as what fits at once. The simulator takes no such
+# option.
 _REGISTER_CAP = {} if simulator_enabled() else {"max_registers": 128}
 
 
@@ -50,9 +50,9 @@ def _patchmatch_kernel(
 ):  # fmt: skip
     """The whole PatchMatch in one cooperative launch: init, then T x (a propagation pass per
     jump, a random search), with a grid-wide barrier after each pass. One launch instead of
-    one per pass: from Python each launch costs the host about 0.2 ms, several times what a
-    pass takes on the GPU. Each thread walks the queries with a grid stride, since a
-    cooperative grid must fit on the device at once.
+    one per pass: a launch from Python costs the host more than a pass takes on the GPU.
+    Each thread walks the queries with a grid stride, since a cooperative grid must fit on
+    the device at once.
 
     Propagation is double-buffered: a pass reads one field pair and `changed[cur]`, writes
     the other pair and `changed[1 - cur]`, so no thread reads what another writes in the
