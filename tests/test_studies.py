@@ -10,7 +10,7 @@ from attnbench.metrics import mean_radian
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.time import TimeSpec, run_time
 
-TINY = dict(batch=1, heads=1, dim=8, repeats=2, warmup=1)
+TINY = dict(batch=1, heads=1, dim=8, repeats=2, warmup=1, min_time=0)
 
 
 def rows_of(study):
