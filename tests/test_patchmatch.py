@@ -7,6 +7,8 @@ import pytest
 import torch
 from numba import njit
 
+from attnbench import get_backend
+from attnbench.images import grid_qkv
 from attnbench.kernels.patchmatch import core, reference
 from attnbench.kernels.patchmatch.dispatch import patchmatch, window_softmax
 
@@ -117,6 +119,50 @@ def test_argmax_hit_rate_on_smooth_inputs():
     assert _hit_rate(q, k, matches) >= 0.95
     expected = reference.scores(q, k).gather(-1, matches.long()).float()
     torch.testing.assert_close(scores, expected, atol=1e-5, rtol=1e-5)
+
+
+def _scores_at(q, k, matches):
+    """q . k / sqrt(d) at the returned key indices, recomputed in float64 with plain torch
+    (-inf where no key was returned)."""
+    picked = k.double()[torch.arange(k.shape[0])[:, None, None], matches.long().clamp(min=0)]
+    s = (q.double()[:, :, None, :] * picked).sum(-1) / math.sqrt(q.shape[-1])
+    return s.masked_fill(matches < 0, -math.inf)
+
+
+def _early_hit_rate(entry, kappa, T, **kwargs):
+    """Mean over four seeds of the share of queries whose first match is their best key,
+    on 32 x 32 blobs with every default but kappa, T and `kwargs`; the returned scores must
+    be the recomputed scores of the returned keys, best first."""
+    q, k, _ = grid_qkv("blobs", 32, 32, 8, seed=0)
+    q, k = q[0], k[0]
+    best = (q.double() @ k.double().transpose(1, 2)).amax(-1) / math.sqrt(8)
+    rates = []
+    for seed in range(4):
+        if entry == "backend":
+            spec = f"scram:kappa={kappa},T={T},seed={seed}"
+            matches, scores = get_backend(spec).matches(q[None], k[None], (32, 32))
+        else:
+            matches, scores = patchmatch(q, k, 32, 32, kappa=kappa, T=T, seed=seed, **kwargs)
+        recomputed = _scores_at(q, k, matches)
+        torch.testing.assert_close(scores.double(), recomputed, atol=1e-5, rtol=1e-5)
+        assert (recomputed[..., :-1] >= recomputed[..., 1:]).all()
+        rates.append((recomputed[..., 0] >= best - 1e-5).double().mean().item())
+    return sum(rates) / len(rates)
+
+
+@pytest.mark.parametrize("entry", ["backend", "kernel"])
+@pytest.mark.parametrize("kappa, T, least", [(1, 1, 0.6), (1, 2, 0.94), (4, 1, 0.93)])
+def test_few_iterations_already_find_most_argmaxes(entry, kappa, T, least):
+    """After one or two iterations the default jumps 8/4/2/1 have carried good matches
+    across the grid: a schedule without its last step (8/4/2), or the kernel's last
+    propagation pass lost, leaves far more queries without their best key."""
+    assert _early_hit_rate(entry, kappa, T) >= least
+
+
+def test_random_search_alone_finds_argmaxes():
+    """Without propagation only the random search improves the random init, which hits
+    almost no query's best key: after eight searches a good share of them must be found."""
+    assert _early_hit_rate("kernel", 1, 8, jumps=()) >= 0.3
 
 
 def test_max_variant_distinct_sorted_and_high_recall():
