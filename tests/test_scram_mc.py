@@ -82,11 +82,21 @@ def test_attention_maps_are_distributions(name, blobs):
 
 @pytest.mark.parametrize("name", ["scram-snis", "scram-mh"])
 def test_batches_and_heads_and_masks(name):
+    """Each batch entry's mask holds for all its heads: masked rows are zero, masked keys
+    get no weight, the other rows are weighted means of values."""
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 64, 4, generator=gen) for _ in range(3))
+    mask = torch.ones(2, 64, dtype=torch.bool)
+    mask[0, 40:] = False
+    mask[1, 1::3] = False
     backend = get_backend(f"{name}:samples=16")
-    out = backend(q, k, v, grid=(8, 8))
+    out = backend(q, k, v, mask, grid=(8, 8))
     assert out.shape == (2, 2, 64, 4) and torch.isfinite(out).all()
+    rows = mask[:, None, :].expand(-1, 2, -1)
+    assert (out[~rows] == 0).all() and (out[rows].norm(dim=-1) > 0).all()
+    amap = backend.map_of(q, k, mask, grid=(8, 8))
+    assert (amap * ~mask[:, None, None, :] == 0).all()
+    torch.testing.assert_close(amap.sum(-1)[rows], torch.ones(int(rows.sum())))
 
 
 @pytest.mark.parametrize("name", ["scram-snis", "scram-mh"])
