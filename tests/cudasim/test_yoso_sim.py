@@ -1,5 +1,6 @@
 """The yoso backend end to end on the simulated CUDA kernels: same codes and outputs as
-the torch reference, the linear backward equal to the dense one, the target reported."""
+the torch reference and as the dense definition, the linear backward equal to the dense
+one, the target reported."""
 
 import torch
 
@@ -45,3 +46,17 @@ def test_all_masked_rows_are_zero_not_nan():
     mask = torch.tensor([[True, True, False, False]])
     out = get_backend("yoso:m=2,tau=2")(q, k, v, mask)
     assert torch.isfinite(out).all() and (out[:, :, 2:] == 0).all()
+
+
+def test_masked_forward_equals_the_definition():
+    """normalize((collision frequency * key mask) @ v), zero rows for masked tokens, with
+    collisions counted from the codes here (the torch reference shares YOSO.forward)."""
+    q, k, v = qkv(n=6)
+    mask = torch.tensor([[True, True, False, True, True, False]])
+    backend = get_backend("yoso:m=4,tau=2,seed=3")
+    q_codes, k_codes, _ = backend.codes(q, k)
+    freq = (q_codes[:, :, None, :] == k_codes[:, None, :, :]).double().mean(-1).view(1, 2, 6, 6)
+    y = (freq * mask[:, None, None, :]) @ v.double()
+    expected = torch.nn.functional.normalize(y, dim=-1) * mask[:, None, :, None]
+    assert (expected.norm(dim=-1)[:, :, mask[0]] > 0.5).all()
+    torch.testing.assert_close(backend(q, k, v, mask).double(), expected, atol=2e-5, rtol=0)
