@@ -261,7 +261,7 @@ def time_cmd(
     executor = _executor(isolate, TIME, threads, steady=True)
     with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
         rows = _sweep(lambda on_case: run_time(spec, on_case, sink, executor), len(cases))
-    console.print(time_table(rows, spec.baseline))
+    console.print(time_table(rows, spec.baseline, spec.max_spread))
     warning = unstable_warning(rows, spec.max_spread)
     if warning:
         typer.echo(warning, err=True)

@@ -37,7 +37,7 @@ STATUSES = ("ok", "skipped", "oom", "error", "crashed")
 DONE_STATUSES = ("ok", "skipped", "oom")
 
 CONDITION_KEYS = (
-    "load_before", "load_after", "cpu_mhz_before", "cpu_mhz_after",
+    "cpu_wait", "load_before", "load_after", "cpu_mhz_before", "cpu_mhz_after",
     "sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "throttle_reasons",
     "energy_mj_per_call",
 )  # fmt: skip

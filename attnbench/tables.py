@@ -41,9 +41,9 @@ def backends_table(classes: dict) -> Table:
     return table
 
 
-def time_table(rows: list, baseline) -> Table:
+def time_table(rows: list, baseline, max_spread: float) -> Table:
     """A line per backend and length: median, spread, peak memory, speed-up, status; an
-    unstable case (spread above --max-spread) is marked in its spread and status."""
+    unstable case is marked in its status, and in its spread when that is above max_spread."""
     table = Table(title="attnbench time")
     for column in ("backend", "n", "median ms", "p10-p90 ms", "spread", "peak MiB"):
         table.add_column(column, justify="left" if column == "backend" else "right")
@@ -68,7 +68,7 @@ def time_table(rows: list, baseline) -> Table:
             str(n),
             f"{r.value:.3f}" if ok else "-",
             f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
-            _spread(r) if ok else "-",
+            _spread(r, max_spread) if ok else "-",
             f"{peak:.1f}" if peak is not None else "-",
             f"{speedup:.2f}x" if speedup else "-",
             "[yellow]unstable[/yellow]" if unstable else _status(r),
@@ -76,11 +76,11 @@ def time_table(rows: list, baseline) -> Table:
     return table
 
 
-def _spread(row) -> str:
-    """IQR / median of the kept samples, with a `!` when the case was judged unstable."""
+def _spread(row, max_spread: float) -> str:
+    """IQR / median of the kept samples, with a `!` when above max_spread."""
     if row.spread is None:
         return "-"
-    return f"{row.spread:.1%}" + (" !" if row.stable is False else "")
+    return f"{row.spread:.1%}" + (" !" if row.spread > max_spread else "")
 
 
 def unstable_warning(rows: list, max_spread: float) -> str | None:
@@ -90,12 +90,22 @@ def unstable_warning(rows: list, max_spread: float) -> str | None:
     unstable = [r for r in rows if r.metric == "time_ms" and r.status == "ok" and r.stable is False]
     if not unstable:
         return None
-    names = ", ".join(f"{_label(r.backend)} n={r.seq} ({r.spread:.0%})" for r in unstable)
+    names = ", ".join(f"{_label(r.backend)} n={r.seq} ({_symptoms(r)})" for r in unstable)
     cause = likely_cause([r.conditions for r in unstable])
     return (
-        f"warning: {len(unstable)} case(s) unstable, spread (IQR/median) above {max_spread:.0%}: "
-        f"{names}; likely cause: {cause}. Re-run them on a quieter machine or with --min-time."
+        f"warning: {len(unstable)} case(s) unstable (spread IQR/median above {max_spread:.0%}, "
+        f"or threads waiting for a CPU): {names}; likely cause: {cause}. "
+        "Re-run them on a quieter machine or with --min-time."
     )
+
+
+def _symptoms(row) -> str:
+    """What made a case unstable: its spread, and its CPU wait when that was recorded."""
+    found = [f"spread {row.spread:.0%}"] if row.spread is not None else []
+    wait = (row.conditions or {}).get("cpu_wait")
+    if wait is not None:
+        found.append(f"CPU wait {wait:.0%}")
+    return ", ".join(found)
 
 
 def error_table(rows: list) -> Table:

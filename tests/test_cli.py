@@ -882,13 +882,34 @@ def test_a_spread_above_max_spread_is_flagged_in_rows_table_and_a_warning(tmp_pa
     assert "softmax n=16" in warning[0] and "likely cause:" in warning[0]
 
 
-def test_a_spread_within_max_spread_is_not_flagged(tmp_path):
+def test_a_spread_within_max_spread_is_not_flagged(tmp_path, monkeypatch):
+    from attnbench.measure import conditions
+
+    real = conditions._wait_share
+    waits = []  # the real shares are recorded; the verdict here is the spread's alone
+    monkeypatch.setattr(conditions, "_wait_share", lambda *a: waits.append(real(*a)) or 0.0)
     result, df = _stability_run(tmp_path, "100000%")
     times = df[df["metric"] == "time_ms"]
     assert (times["stable"] == True).all()  # noqa: E712
     assert "warning:" not in result.stderr and "unstable" not in result.stdout
     # the host's conditions around each case are in its row
     assert times[["load_before", "load_after"]].notna().all().all()
+    assert len(waits) == 4 and all(w is None or 0 <= w <= 1 for w in waits)
+
+
+def test_steady_samples_taken_while_waiting_for_a_cpu_are_flagged(tmp_path, monkeypatch):
+    """Other processes holding the CPUs slow every sample alike, so the spread stays small:
+    the threads' wait for a CPU marks the case unstable and is named as the cause."""
+    from attnbench.measure import conditions
+
+    monkeypatch.setattr(conditions, "_wait_share", lambda before, after: 0.4)
+    result, df = _stability_run(tmp_path, "100000%")
+    times = df[df["metric"] == "time_ms"]
+    assert (times["stable"] == False).all() and (times["cpu_wait"] == 0.4).all()  # noqa: E712
+    assert "unstable" in result.stdout and "!" not in result.stdout  # spread itself is fine
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "CPU wait 40%" in warning[0]
+    assert "waited for a CPU up to 40% of the time" in warning[0]
 
 
 def test_min_time_gives_fast_calls_more_samples_than_repeats(tmp_path):

@@ -89,7 +89,9 @@ class TimeSpec:
 
 def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
     """Median time of the call (every sample kept) with its stability verdict and the host's
-    (and GPU's) conditions around it, its first call, and its peak memory."""
+    (and GPU's) conditions around it, its first call, and its peak memory. A case is stable
+    when its samples are steady and its threads did not wait for a CPU: steady samples taken
+    while other processes held the CPUs are steadily slow."""
     call = _timed_call(partial(case.backend, grid=case.grid), inputs(), case.mode)
     settings = case.settings
     telemetry = GpuTelemetry(case.device)
@@ -114,7 +116,7 @@ def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
             samples=list(timing.samples_ms),
             method=timing.timer if timing.loops == 1 else f"{timing.timer} x{timing.loops}",
             reason="" if timing.settled else "warm-up did not settle within the cap",
-            stable=timing.stable,
+            stable=timing.stable and not conditions.contended(around),
             spread=timing.spread,
             conditions=around,
         ),
