@@ -336,11 +336,16 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def _write_temp(path: Path, text: str) -> str:
-    """`text` in a new hidden temp file beside `path` (`.NAME.XXXXXXXX.tmp`); its name."""
+    """`text` in a new hidden temp file beside `path` (`.NAME.XXXXXXXX.tmp`); its name.
+
+    The data reach the disk before the caller renames the file over `path`, so a machine that
+    stops just after the rename leaves the old or the new file, never an empty one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", newline="") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -165,6 +165,29 @@ def test_sink_fills_run_and_environment_columns(tmp_path):
     assert len(sink.records) == 6
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc/self/fd")
+def test_every_file_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    """Each temp file is fsynced before it is renamed over its output: a machine stopping in
+    between keeps the old file, and after the rename the new one is whole."""
+    synced, replaced = [], []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        real_fsync(fd)
+
+    def replace(src, dst):
+        replaced.append((Path(src).name, Path(dst).name, Path(src).name in synced))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(results.os, "fsync", fsync)
+    monkeypatch.setattr(results.os, "replace", replace)
+    with ResultSink(ENV, tmp_path / "r.csv", tmp_path / "r.json") as sink:
+        sink.add_case(case_rows("a"))
+    assert {dst for _, dst, _ in replaced} == {"r.csv", "r.json", "r.env.json"}
+    assert all(was_synced for _, _, was_synced in replaced), replaced
+
+
 def test_fingerprint_follows_what_decides_comparability():
     base = fingerprint(ENV)
     assert fingerprint({**ENV, "seed": 5, "command": "other", "timestamp": "now"}) == base
