@@ -9,7 +9,6 @@ samples are a JSON list in CSV. `ResultSink` writes CSV (+ .env.json sidecar) an
 from __future__ import annotations
 
 import csv
-import errno
 import fcntl
 import glob
 import hashlib
@@ -46,9 +45,6 @@ CONDITION_KEYS = (
 FINGERPRINT_KEYS = (
     "attnbench", "git_revision", "torch", "numba", "device_name", "torch_threads", "platform",
 )  # fmt: skip
-
-# Errors of a full disk or quota: the run ends with one line, the committed cases stay.
-DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 @dataclass
@@ -290,8 +286,8 @@ class ResultSink:
                     for tmp, _ in temps:
                         Path(tmp).unlink(missing_ok=True)
                     raise
-        except OSError as exc:
-            if exc.errno not in DISK_FULL:
+        except OSError as exc:  # a full disk or quota, a file system gone read-only, ...:
+            if exc.errno is None:  # the run ends with one line, the committed cases stay
                 raise
             cases = len({_case_key(r) for r in self.records})
             raise UsageError(

@@ -311,9 +311,11 @@ class _OsFailingWrites:
 
 @pytest.mark.parametrize(
     ("code", "failing"),
-    [(errno.ENOSPC, 0), (errno.EFBIG, 1), (errno.EDQUOT, 0)],
+    [(errno.ENOSPC, 0), (errno.EFBIG, 1), (errno.EDQUOT, 0), (errno.EROFS, 1), (errno.EACCES, 0)],
 )
-def test_full_disk_is_one_error_and_keeps_the_committed_cases(tmp_path, monkeypatch, code, failing):
+def test_a_failed_write_is_one_error_and_keeps_the_committed_cases(
+    tmp_path, monkeypatch, code, failing
+):
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     with ResultSink(ENV, csv, js) as sink:
         sink.add_case(case_rows("a"))
