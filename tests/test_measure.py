@@ -263,6 +263,12 @@ def _allocate(mib: int):
     return fn
 
 
+def _reads_as(reading: int, mib: int) -> bool:
+    """A peak within 10 % of `mib`, plus up to 1 MiB of the interpreter's own pages touched
+    during the call (which matter for a small tensor, depending on what ran before)."""
+    return 0.9 * mib * MIB <= reading <= 1.1 * mib * MIB + MIB
+
+
 def test_peak_memory_of_a_256_mib_tensor():
     m = peak_memory(_allocate(256), "cpu")
     assert isinstance(m, PeakMemory)
@@ -276,7 +282,7 @@ def test_peak_memory_after_warmup_calls(mib):
     for _ in range(3):
         fn()
     readings = [peak_memory(fn, "cpu").bytes for _ in range(3)]
-    assert readings == pytest.approx([mib * MIB] * 3, rel=0.10)
+    assert all(_reads_as(reading, mib) for reading in readings), readings
 
 
 def test_peak_memory_of_a_call_allocating_nothing():
@@ -330,7 +336,7 @@ def test_peak_memory_under_the_steady_allocator(mib):
     for _ in range(3):
         fn()
     readings = [peak_memory(fn, "cpu").bytes for _ in range(3)]
-    assert readings == pytest.approx([mib * MIB] * 3, rel=0.10)
+    assert all(_reads_as(reading, mib) for reading in readings), readings
 
 
 def test_git_revision_marks_uncommitted_package_changes(tmp_path, monkeypatch):
