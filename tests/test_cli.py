@@ -580,6 +580,9 @@ class _HalfWriter:
         self.file.close()
         return False
 
+    def __getattr__(self, name):  # flush, fileno: the file's own
+        return getattr(self.file, name)
+
     def write(self, text: str) -> int:
         if text.startswith("study,") and text.count("\n") == 1 + self.interrupt_at_rows:
             self.file.write(text[: len(text) // 2])

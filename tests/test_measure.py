@@ -264,9 +264,10 @@ def _allocate(mib: int):
 
 
 def _reads_as(reading: int, mib: int) -> bool:
-    """A peak within 10 % of `mib`, plus up to 1 MiB of the interpreter's own pages touched
-    during the call (which matter for a small tensor, depending on what ran before)."""
-    return 0.9 * mib * MIB <= reading <= 1.1 * mib * MIB + MIB
+    """A peak within 10 % of `mib`, plus up to 2 MiB of the process's other pages touched
+    during the call (the interpreter's, library code paged back in after a reclaim), which
+    matter for a small tensor depending on what ran before; a tensor counted twice exceeds it."""
+    return 0.9 * mib * MIB <= reading <= 1.1 * mib * MIB + 2 * MIB
 
 
 def test_peak_memory_of_a_256_mib_tensor():
