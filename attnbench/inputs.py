@@ -1,4 +1,5 @@
-"""Q, K, V for the studies: Gaussian, clustered (concentrated attention), or from a file.
+"""Q, K, V for the studies: Gaussian, clustered (concentrated attention), a trained model's
+(`model:minilm`, see attnbench.models), or from a file.
 
 All generators draw on the CPU from a seeded generator and then move to the device, so the
 same seed gives the same inputs everywhere.
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from attnbench.errors import UsageError
 
-KINDS = ("random", "clustered")
+KINDS = ("random", "clustered", "clustered:size=N", "model:minilm")
 FILE_SUFFIXES = (".npz", ".pt")
 CLUSTERS = 8  # clusters per head in `clustered` inputs
 SPREAD = 0.3  # noise around a cluster centre, relative to the centre's length
@@ -26,16 +27,25 @@ def random_qkv(batch, heads, n, d, seed, gen_device="cpu"):
     return [torch.randn(batch, heads, n, d, generator=gen) for _ in range(3)]
 
 
-def clustered_qkv(batch, heads, n, d, seed):
+def clustered_qkv(batch, heads, n, d, seed, size=None):
     """Queries and keys scattered tightly around a few shared centres, values Gaussian.
 
     Each token's query and key sit near the same random centre, so attention concentrates
     on the token's own cluster, as it does in trained models. Lengths are set so that
     q.k/sqrt(d) is about 4 cos(angle): softmax is peaked but not one-hot.
+
+    size None: CLUSTERS clusters, tokens drawn into them at random, so a cluster holds about
+    n / CLUSTERS tokens and the share of attention on it does not change with n. size s: s
+    tokens per cluster (a random permutation cut into runs of s), ceil(n / s) clusters, so the
+    attended cluster stays s tokens while the rest of the sequence grows.
     """
     gen = torch.Generator().manual_seed(seed)
-    centres = F.normalize(torch.randn(batch, heads, CLUSTERS, d, generator=gen), dim=-1)
-    which = torch.randint(CLUSTERS, (batch, heads, n), generator=gen)
+    clusters = CLUSTERS if size is None else -(-n // size)
+    centres = F.normalize(torch.randn(batch, heads, clusters, d, generator=gen), dim=-1)
+    if size is None:
+        which = torch.randint(CLUSTERS, (batch, heads, n), generator=gen)
+    else:
+        which = torch.argsort(torch.rand(batch, heads, n, generator=gen), dim=-1) // size
     base = torch.gather(centres, 2, which[..., None].expand(-1, -1, -1, d))
     scale = 2.0 * d**0.25
 
@@ -97,15 +107,30 @@ class Inputs:
 
     def __init__(self, kind: str, batch: int, heads: int, dim: int):
         self.kind, self.batch, self.heads, self.dim = kind, batch, heads, dim
-        self.data = None
-        if self.on_grid:  # images: one picture, one head
+        self.data = None  # not None: the source sets batch, heads and dim itself
+        self.cluster_size = None
+        if kind.startswith("clustered:"):
+            from attnbench.models import parse_options
+
+            options = parse_options(kind.removeprefix("clustered:"), ("size",), "clustered")
+            if options.get("size", 0) < 1:
+                raise UsageError("--inputs clustered:size=N needs N >= 1 tokens per cluster")
+            self.cluster_size = options["size"]
+        elif kind.startswith("model:"):
+            from attnbench.models import ModelSource
+
+            # a model's windows, computed on demand: `data` marks that its shape is fixed
+            self.data = ModelSource(kind.removeprefix("model:"))
+            self.batch, self.heads, self.dim = 1, self.data.heads, self.data.dim
+            self.max_n = None
+        elif self.on_grid:  # images: one picture, one head
             from attnbench.images import IMAGES
 
             name = kind.removeprefix("image:")
             if kind != "blobs" and name not in IMAGES:
                 raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
             self.batch = self.heads = 1
-        elif kind not in KINDS:
+        elif kind not in ("random", "clustered"):
             self.data = load_qkv(Path(kind))
             _, self.heads, self.max_n, self.dim = self.data[0].shape
             self.batch = self.data[0].shape[0]
@@ -116,11 +141,17 @@ class Inputs:
         return self.kind == "blobs" or self.kind.startswith("image:")
 
     @property
+    def is_model(self) -> bool:
+        return self.kind.startswith("model:")
+
+    @property
     def label(self) -> str:
+        if self.is_model:
+            return self.data.label
         return self.kind if self.data is None else Path(self.kind).name
 
     def check_lengths(self, seqs: list[int], option: str = "--seq") -> None:
-        if self.data is not None and max(seqs) > self.max_n:
+        if self.data is not None and self.max_n is not None and max(seqs) > self.max_n:
             raise UsageError(
                 f"{option}: {max(seqs)} is longer than the {self.max_n} tokens in {self.label}"
             )
@@ -136,8 +167,10 @@ class Inputs:
             qkv = grid_qkv(self.kind, grid[0], grid[1], self.dim, seed)
         elif self.kind == "random":
             qkv = random_qkv(self.batch, self.heads, n, self.dim, seed)
-        elif self.kind == "clustered":
-            qkv = clustered_qkv(self.batch, self.heads, n, self.dim, seed)
+        elif self.kind == "clustered" or self.cluster_size is not None:
+            qkv = clustered_qkv(self.batch, self.heads, n, self.dim, seed, self.cluster_size)
+        elif self.is_model:
+            qkv = self.data.make(n, seed)
         else:
             qkv = [t[:, :, :n] for t in self.data]
         return [t.to(device=device, dtype=dtype).contiguous() for t in qkv]
