@@ -177,7 +177,9 @@ def time_cmd(
     device: str = typer.Option("auto", help="auto, cpu or cuda"),
     backends: str = typer.Option(DEFAULT_TIME_BACKENDS, help="comma list of backend specs"),
     inputs: str = typer.Option(
-        "random", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
+        "random",
+        help="random, clustered[:size=N], model:minilm[:layer=L,head=H], blobs, image:NAME, "
+        "or a .npz/.pt with q, k, v",
     ),
     mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
     repeats: int = typer.Option(10, help="timed samples per case, at least"),
@@ -288,7 +290,11 @@ def maps_cmd(
     backends: str = typer.Option(
         "softmax,yoso-e,yoso-32", help="comma list of backends whose maps to draw"
     ),
-    inputs: str = typer.Option("image:camera", help="random, clustered, blobs or image:NAME"),
+    inputs: str = typer.Option(
+        "image:camera",
+        help="random, clustered[:size=N], model:minilm[:layer=L,head=H] (draws head H, "
+        "default 0), blobs or image:NAME",
+    ),
     grid: str = typer.Option("1x128", help="token layout HxW (1xN: a sequence)"),
     dim: int = typer.Option(4, help="q/k dimension d"),
     query: str = typer.Option(None, help="y,x: draw this query's map over the key image"),
@@ -353,7 +359,9 @@ def error_cmd(
         8, help="seeds per input for stochastic backends' bias and std (1 = skip)"
     ),
     inputs: str = typer.Option(
-        "clustered", help="random, clustered, blobs, image:NAME, or a .npz/.pt with q, k, v"
+        "clustered",
+        help="random, clustered[:size=N], model:minilm[:layer=L,head=H], blobs, image:NAME, "
+        "or a .npz/.pt with q, k, v",
     ),
     backends: str = typer.Option("", help="compare these backends with the reference"),
     reference: str = typer.Option(
