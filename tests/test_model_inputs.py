@@ -200,6 +200,12 @@ def test_model_source_pickles_without_its_weights(stand_in):
     assert torch.equal(copy.make(8, 0, torch.float32, "cpu")[0], a[0])
 
 
+def test_missing_weight_file_is_a_usage_error(stand_in):
+    (models.model_dir("minilm") / "model.safetensors").unlink()
+    with pytest.raises(UsageError, match="model.safetensors missing"):
+        Inputs("model:minilm", 1, 1, 1)
+
+
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
@@ -273,7 +279,7 @@ def test_time_and_maps_run_on_model_inputs(stand_in, tmp_path):
 
 
 def test_missing_wheel_names_the_extra(monkeypatch):
-    monkeypatch.setitem(models.MODELS, "minilm", "attnbench_no_such_wheel")
+    monkeypatch.setitem(models.MODELS, "minilm", ("attnbench_no_such_wheel", "no-such-wheel"))
     with pytest.raises(UsageError, match=r"attnbench\[models\]"):
         Inputs("model:minilm", 1, 1, 1)
 
