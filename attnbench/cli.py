@@ -288,7 +288,11 @@ def maps_cmd(
     backends: str = typer.Option(
         "softmax,yoso-e,yoso-32", help="comma list of backends whose maps to draw"
     ),
-    inputs: str = typer.Option("image:camera", help="random, clustered, blobs or image:NAME"),
+    inputs: str = typer.Option(
+        "image:camera",
+        help="random, clustered, blobs, image:NAME, or the SCRAM figure inputs svd:NAME "
+        "(Fig. 2) and three-blobs (Fig. 3)",
+    ),
     grid: str = typer.Option("1x128", help="token layout HxW (1xN: a sequence)"),
     dim: int = typer.Option(4, help="q/k dimension d"),
     query: str = typer.Option(None, help="y,x: draw this query's map over the key image"),

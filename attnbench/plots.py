@@ -314,13 +314,20 @@ def _error_figure(rows: pd.DataFrame):
 
 
 def plot_maps(maps: dict, title: str, path: Path, query: tuple[int, int] | None = None) -> None:
-    """One panel per backend: its attention map, each on its own colour scale."""
+    """One panel per backend, all on one colour scale (0 to the largest weight of any map)
+    with one labelled colour bar, so a colour means the same weight in every panel."""
     path = Path(path)
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise UsageError(f"cannot plot to {path.name}: use one of {', '.join(PLOT_SUFFIXES)}")
-    fig, axes = plt.subplots(1, len(maps), figsize=(3.6 * len(maps), 3.8), squeeze=False)
-    for ax, (label, amap) in zip(axes[0], maps.items(), strict=True):
-        image = ax.imshow(amap.numpy(), cmap="viridis", interpolation="nearest")
+    arrays = {label: amap.numpy() for label, amap in maps.items()}
+    top = max((float(a.max()) for a in arrays.values()), default=1.0) or 1.0
+    fig, axes = plt.subplots(
+        1, len(arrays), figsize=(3.4 * len(arrays) + 1.2, 3.9), squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    image = None
+    for i, (ax, (label, amap)) in enumerate(zip(axes[0], arrays.items(), strict=True)):
+        image = ax.imshow(amap, cmap="viridis", interpolation="nearest", vmin=0.0, vmax=top)
         if query is not None:
             ax.plot(query[1], query[0], marker="x", color="red", markersize=8)
             ax.set_xlabel("key x")
@@ -328,11 +335,16 @@ def plot_maps(maps: dict, title: str, path: Path, query: tuple[int, int] | None 
         else:
             ax.set_xlabel("key j")
             ax.set_ylabel("query i")
-        ax.set_title(label, fontsize=10)
-        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        ax.set_title(_panel_title(i, label), fontsize=10)
+    what = "attention weight of the query" if query is not None else "attention weight (row: query)"
+    fig.colorbar(image, ax=list(axes[0]), fraction=0.03, pad=0.02, label=what)
     fig.suptitle(title)
-    fig.tight_layout()
     try:
         _atomic_save(fig, path)
     finally:
         plt.close(fig)
+
+
+def _panel_title(index: int, label: str) -> str:
+    """ "(a) softmax": every map figure letters its panels the same way."""
+    return f"({chr(ord('a') + index % 26)}) {label}"
