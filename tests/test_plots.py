@@ -239,3 +239,18 @@ def test_time_panel_marks_the_mean_of_the_kept_samples(monkeypatch, tmp_path):
     fig = _figure_of(monkeypatch, tmp_path, rows)
     (dashes,) = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "_"]
     assert list(dashes.get_ydata()) == [3.0, 3.0, 3.0]
+
+
+def test_time_table_shows_the_mean_of_the_kept_samples_beside_the_median():
+    from rich.console import Console
+
+    from attnbench import get_backend
+    from attnbench.tables import time_table
+
+    row = _row("time", "sdpa", 256, "time_ms", 2.0, p10=1.0, p90=6.0, samples=[1.0, 2.0, 6.0])
+    console = Console(width=200, record=True)
+    console.print(time_table([row], get_backend("sdpa"), 0.1))
+    text = console.export_text()
+    assert "mean ms" in text
+    line = next(ln for ln in text.splitlines() if "256" in ln)
+    assert [c.strip() for c in line.split("│")[3:5]] == ["2.000", "3.000"]  # median, mean
