@@ -293,7 +293,8 @@ def maps_cmd(
     inputs: str = typer.Option(
         "image:camera",
         help="random, clustered[:size=N], model:minilm[:layer=L,head=H] (draws head H, "
-        "default 0), blobs or image:NAME",
+        "default 0), blobs, image:NAME, or the SCRAM figure inputs svd:NAME (Fig. 2) and "
+        "three-blobs (Fig. 3)",
     ),
     grid: str = typer.Option("1x128", help="token layout HxW (1xN: a sequence)"),
     dim: int = typer.Option(4, help="q/k dimension d"),

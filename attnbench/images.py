@@ -7,6 +7,15 @@ A photograph becomes vectors as the seed does, by a low-rank SVD: every pixel's
 (2r+1) x (2r+1) grey-level patch, centred, projected on the top d singular directions of
 all patches. Queries and keys are these features (self-attention over the image), scaled so
 scores q.k / sqrt(d) have a spread of `sharpness`; values are the pixels' colours.
+
+Two sources rebuild the SCRAM seed's map figures as its text describes them:
+- `svd:NAME` (Fig. 2): queries and keys are a rank-d SVD of the photograph resized to n x n,
+  q_i = U_i S^1/2 (image row i), k_j = V_j S^1/2 (image column j), so the score matrix Q K^T
+  is the image's best rank-d approximation and the full map shows the picture; Q != K.
+  The seed lays the n = 128 tokens on a 128 x 1 grid.
+- `three-blobs` (Fig. 3): keys hold three Gaussian blobs of unequal strength along one
+  feature direction; queries are the keys plus a constant along it, so every query, such as
+  the seed's q_{4,5}, is drawn to all three blobs and most to the strongest one.
 """
 
 from __future__ import annotations
@@ -17,10 +26,18 @@ import numpy as np
 import torch
 
 from attnbench.errors import UsageError
+from attnbench.inputs import Inputs
 
 # Sample images whose files ship inside scikit-image's wheel (nothing is downloaded).
 IMAGES = ("astronaut", "brick", "camera", "chelsea", "coffee", "coins", "grass", "moon", "rocket")
 PATCH_RADIUS = 1
+# Sources drawn on a grid besides "image:NAME": smooth random blobs, and the two figure inputs.
+SVD_PREFIX, THREE_BLOBS = "svd:", "three-blobs"
+# `svd:NAME` builds and decomposes an n x n image: dense, so n is kept to map sizes.
+MAX_SVD_TOKENS = 4096
+# Fig. 3's blobs: centre (y, x) as a fraction of the grid, width as a fraction of the longer
+# side, and strength; the first is the strongest ("darkest") one.
+BLOBS3 = ((0.3, 0.25, 0.12, 1.0), (0.7, 0.5, 0.12, 0.8), (0.35, 0.8, 0.12, 0.65))
 # A photograph is stretched at most this many times along a side: beyond, every patch is a
 # smooth ramp and the resize alone holds gigabytes.
 MAX_UPSCALE = 16
@@ -37,6 +54,16 @@ def image_shape(name: str) -> tuple[int, int]:
 def check_resize(source: str, height: int, width: int) -> None:
     """An H x W grid of "image:NAME" stretches the photograph at most MAX_UPSCALE times per side
     (blobs are drawn at any size)."""
+    if source.startswith(SVD_PREFIX):
+        name = source.removeprefix(SVD_PREFIX)
+        if name not in IMAGES:
+            raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
+        if height * width > MAX_SVD_TOKENS:
+            raise UsageError(
+                f"--grid {height}x{width}: {source} decomposes an n x n image, "
+                f"at most {MAX_SVD_TOKENS} tokens"
+            )
+        return
     if not source.startswith("image:"):
         return
     name = source.removeprefix("image:")
@@ -101,10 +128,67 @@ def blob_field(height: int, width: int, d: int, seed: int, blobs: int = 6) -> np
     return field.reshape(height * width, d).astype(np.float32)
 
 
+def svd_qkv(name: str, n: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unscaled q, k [n, d] and v [n, 3] of `svd:NAME`: the grey image resized to n x n,
+    q = U_d S_d^1/2 and k = V_d S_d^1/2, so q k^T is its best rank-d approximation (Eckart-
+    Young); v is each image column's mean colour. Fewer than d directions are zero-padded."""
+    image = load_image(name, n, n)
+    u, s, vt = np.linalg.svd(image.mean(axis=-1).astype(np.float64))
+    rank = min(d, s.shape[0])
+    q, k = np.zeros((n, d)), np.zeros((n, d))
+    q[:, :rank] = u[:, :rank] * np.sqrt(s[:rank])
+    k[:, :rank] = vt[:rank].T * np.sqrt(s[:rank])
+    return q, k, image.mean(axis=0)
+
+
+def three_blobs_qkv(height: int, width: int, d: int, seed: int):
+    """Unscaled q, k [H*W, d] and v [H*W, 3] of `three-blobs`: keys are the BLOBS3 field
+    along the first feature, queries the same plus 1 along it, so a query far from the
+    blobs scores each key by the field alone and sees all three, the first most strongly;
+    v is a seeded smooth colour field."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    field = np.zeros((height, width))
+    for cy, cx, width_frac, strength in BLOBS3:
+        sigma = width_frac * max(height, width)
+        field += strength * np.exp(
+            -((y - cy * (height - 1)) ** 2 + (x - cx * (width - 1)) ** 2) / (2 * sigma**2)
+        )
+    k = np.zeros((height * width, d))
+    k[:, 0] = field.reshape(-1)
+    q = k.copy()
+    q[:, 0] += 1.0
+    return q, k, blob_field(height, width, 3, seed)
+
+
+def _scaled(q: np.ndarray, k: np.ndarray, spread: float) -> tuple[np.ndarray, np.ndarray]:
+    """q and k times one common factor so scores q.k / sqrt(d) have standard deviation
+    `spread` (peaked, not flat, attention); the map's shape is unchanged."""
+    d = q.shape[1]
+    scores = (q @ k.T).std() / np.sqrt(d)
+    factor = np.sqrt(spread / max(float(scores), 1e-12))
+    return q * factor, k * factor
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))[None, None]
+
+
 def grid_qkv(
     source: str, height: int, width: int, d: int, seed: int = 0, sharpness: float = 4.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k [1, 1, H*W, d] and v [1, 1, H*W, 3] from "image:NAME" or "blobs"."""
+    """q, k [1, 1, H*W, d] and v [1, 1, H*W, 3] from "image:NAME", "blobs", "svd:NAME" or
+    "three-blobs"."""
+    if source.startswith(SVD_PREFIX):
+        check_resize(source, height, width)
+        q, k, v = svd_qkv(source.removeprefix(SVD_PREFIX), height * width, d)
+        q, k = _scaled(q, k, sharpness)
+        return _tensor(q), _tensor(k), _tensor(v)
+    if source == THREE_BLOBS:
+        q, k, v = three_blobs_qkv(height, width, d, seed)
+        # a query far from the blobs scores the strongest blob's centre about `sharpness`
+        factor = np.sqrt(sharpness * np.sqrt(d) / max(float(k[:, 0].max()), 1e-12))
+        q, k = q * factor, k * factor
+        return _tensor(q), _tensor(k), _tensor(v)
     if source == "blobs":
         features = blob_field(height, width, d, seed)
         colours = blob_field(height, width, 3, seed + 1)
@@ -113,9 +197,33 @@ def grid_qkv(
         features = patch_features(image.mean(axis=-1), d)
         colours = image.reshape(height * width, 3)
     else:
-        raise UsageError(f"unknown grid input {source!r}; use blobs or image:NAME")
+        raise UsageError(
+            f"unknown grid input {source!r}; use blobs, image:NAME, svd:NAME or {THREE_BLOBS}"
+        )
     # Scores q.k / sqrt(d) spread over about `sharpness`: attention is peaked, not flat.
     scale = np.sqrt(sharpness * np.sqrt(d)) / max(float(features.std()) * np.sqrt(d), 1e-12)
     q = torch.from_numpy((features * scale).astype(np.float32))[None, None]
     v = torch.from_numpy(np.ascontiguousarray(colours))[None, None]
     return q, q.clone(), v
+
+
+FIGURE_SOURCES = (SVD_PREFIX + "NAME", THREE_BLOBS)
+
+
+def is_figure_source(source: str) -> bool:
+    """`svd:NAME` or `three-blobs`: the SCRAM figure inputs, made on a grid by grid_qkv."""
+    return source == THREE_BLOBS or source.startswith(SVD_PREFIX)
+
+
+class FigureInputs(Inputs):
+    """`Inputs` for a figure source: one picture, one head, made by grid_qkv on the grid."""
+
+    def __init__(self, source: str, dim: int):
+        if source.startswith(SVD_PREFIX) and source.removeprefix(SVD_PREFIX) not in IMAGES:
+            name = source.removeprefix(SVD_PREFIX)
+            raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
+        self.kind, self.batch, self.heads, self.dim, self.data = source, 1, 1, dim, None
+
+    @property
+    def on_grid(self) -> bool:
+        return True

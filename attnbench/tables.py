@@ -42,10 +42,12 @@ def backends_table(classes: dict) -> Table:
 
 
 def time_table(rows: list, baseline, max_spread: float) -> Table:
-    """A line per backend and length: median, spread, peak memory, speed-up, status; an
-    unstable case is marked in its status, and in its spread when that is above max_spread."""
+    """A line per backend and length: median, mean of the kept samples (what the SCRAM seed
+    reports), spread, peak memory, speed-up, status; an unstable case is marked in its
+    status, and in its spread when that is above max_spread."""
     table = Table(title="attnbench time")
-    for column in ("backend", "n", "median ms", "p10-p90 ms", "spread", "peak MiB"):
+    columns = ("backend", "n", "median ms", "mean ms", "p10-p90 ms", "spread", "peak MiB")
+    for column in columns:
         table.add_column(column, justify="left" if column == "backend" else "right")
     table.add_column(f"speed-up vs {baseline.label}", justify="right")
     table.add_column("status")
@@ -67,6 +69,7 @@ def time_table(rows: list, baseline, max_spread: float) -> Table:
             _label(backend),
             str(n),
             f"{r.value:.3f}" if ok else "-",
+            f"{sum(r.samples) / len(r.samples):.3f}" if ok and r.samples else "-",
             f"{r.p10:.3f}-{r.p90:.3f}" if ok else "-",
             _spread(r, max_spread) if ok else "-",
             f"{peak:.1f}" if peak is not None else "-",

@@ -65,3 +65,30 @@ def test_a_backend_without_a_map_gets_a_status_row_and_the_others_are_drawn():
     (row,) = failed
     assert (row.backend, row.status) == ("test-no-map", "error")
     assert row.reason == "NotImplementedError: test-no-map has no dense attention map"
+
+
+@pytest.mark.parametrize(("source", "grid"), [("svd:camera", (1, 128)), ("three-blobs", (8, 8))])
+def test_figure_inputs_draw_maps(source, grid):
+    spec = MapsSpec([get_backend("softmax")], source=source, grid=grid, dim=4)
+    (amap,) = attention_maps(spec).values()
+    n = grid[0] * grid[1]
+    assert amap.shape == (n, n)
+    assert torch.allclose(amap.sum(-1), torch.ones(n, dtype=torch.float64))
+
+
+def test_map_panels_share_one_colour_scale_and_a_labelled_bar(tmp_path, monkeypatch):
+    from attnbench import plots
+
+    saved = {}
+    monkeypatch.setattr(plots, "_atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    maps = {"a": torch.rand(8, 8, dtype=torch.float64) * 0.2, "b": torch.rand(8, 8) * 0.9}
+    plots.plot_maps(maps, "t", tmp_path / "m.png")
+    fig = saved["fig"]
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    assert len(images) == 2
+    top = max(float(m.max()) for m in maps.values())
+    assert all(im.get_clim() == (0.0, top) for im in images)
+    bars = [ax for ax in fig.axes if ax.get_ylabel().startswith("attention weight")]
+    assert len(bars) == 1
+    titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
+    assert titles == ["(a) a", "(b) b"]

@@ -172,3 +172,85 @@ def test_grid_inputs_in_the_title_without_their_size(inputs, title):
     )
     parts, varying = _case_parts(_ok_rows(rows))
     assert title in parts and "inputs" not in varying
+
+
+def _figure_of(monkeypatch, tmp_path, rows, env=None):
+    """The figure plot_results would save, kept open for inspection."""
+    import attnbench.plots as plots
+
+    saved = {}
+    monkeypatch.setattr(plots, "_atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    monkeypatch.setattr(plots.plt, "close", lambda fig: None)
+    plot_results(rows_frame(rows), tmp_path / "f.png", env)
+    return saved["fig"]
+
+
+def test_subtitle_names_device_threads_and_inputs(monkeypatch, tmp_path):
+    rows = _time_rows()
+    for r in rows:
+        r.device_name, r.threads = "AMD EPYC", 2
+    title = _figure_of(monkeypatch, tmp_path, rows)._suptitle.get_text()
+    assert "cpu (AMD EPYC)" in title and "2 CPU threads" in title and "random inputs" in title
+
+
+def test_subtitle_takes_device_and_threads_from_the_env_record(monkeypatch, tmp_path):
+    env = {"device_name": "NVIDIA H100", "threads": 16}
+    title = _figure_of(monkeypatch, tmp_path, _time_rows(), env)._suptitle.get_text()
+    assert "cpu (NVIDIA H100)" in title and "16 CPU threads" in title
+
+
+def test_skipped_and_oom_cases_are_marked_with_a_legend_entry(monkeypatch, tmp_path):
+    rows = _time_rows()  # sdpa at 2048 ran out of memory
+    rows.append(_row("time", "softmax", 2048, "time_ms", None, status="skipped", reason="big"))
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    runtime = fig.axes[0]
+    marks = {
+        line.get_marker(): list(line.get_xdata())
+        for line in runtime.get_lines()
+        if line.get_linestyle() == "None" and line.get_marker() in ("x", "+")
+    }
+    assert marks == {"+": [2048], "x": [2048]}
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "out of memory" in legend and "skipped: would not fit" in legend
+    assert 2048 in runtime.get_xticks()
+
+
+def test_a_case_that_succeeded_on_a_rerun_is_not_marked(monkeypatch, tmp_path):
+    rows = [r for r in _time_rows() if r.status == "ok"]
+    rows.insert(0, _row("time", "sdpa", 512, "time_ms", None, status="oom"))
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    assert not [ln for ln in fig.axes[0].get_lines() if ln.get_marker() in ("x", "+")]
+    assert "out of memory" not in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_grid_studies_label_the_x_axis_by_image_size(monkeypatch, tmp_path):
+    rows = [
+        _row("time", "sdpa", h * h, "time_ms", h / 10, inputs=f"blobs {h}x{h}", grid_h=h,
+             grid_w=h)
+        for h in (16, 32, 64)
+    ]  # fmt: skip
+    ax = _figure_of(monkeypatch, tmp_path, rows).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16x16", "32x32", "64x64"]
+    assert "image size" in ax.get_xlabel()
+
+
+def test_time_panel_marks_the_mean_of_the_kept_samples(monkeypatch, tmp_path):
+    rows = [_row("time", "sdpa", n, "time_ms", 2.0, samples=[1.0, 2.0, 6.0]) for n in SEQS]
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    (dashes,) = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "_"]
+    assert list(dashes.get_ydata()) == [3.0, 3.0, 3.0]
+
+
+def test_time_table_shows_the_mean_of_the_kept_samples_beside_the_median():
+    from rich.console import Console
+
+    from attnbench import get_backend
+    from attnbench.tables import time_table
+
+    row = _row("time", "sdpa", 256, "time_ms", 2.0, p10=1.0, p90=6.0, samples=[1.0, 2.0, 6.0])
+    console = Console(width=200, record=True)
+    console.print(time_table([row], get_backend("sdpa"), 0.1))
+    text = console.export_text()
+    assert "mean ms" in text
+    line = next(ln for ln in text.splitlines() if "256" in ln)
+    assert [c.strip() for c in line.split("│")[3:5]] == ["2.000", "3.000"]  # median, mean

@@ -15,6 +15,7 @@ from attnbench import runner
 from attnbench.backends import Backend
 from attnbench.case import Case
 from attnbench.errors import UsageError
+from attnbench.images import FigureInputs, is_figure_source
 from attnbench.inputs import Inputs
 from attnbench.results import Row
 from attnbench.runner import Measure
@@ -25,7 +26,7 @@ MAX_TOKENS = 4096  # dense maps are n x n
 @dataclass
 class MapsSpec:
     backends: list[Backend]
-    source: str = "image:camera"  # random, clustered, blobs or image:NAME
+    source: str = "image:camera"  # random, clustered, blobs, image:NAME, svd:NAME, three-blobs
     grid: tuple[int, int] = (1, 128)
     dim: int = 4
     query: tuple[int, int] | None = None  # (y, x): one query's map over the key image
@@ -39,7 +40,10 @@ class MapsSpec:
             y, x = self.query
             if not (0 <= y < height and 0 <= x < width):
                 raise UsageError(f"--query {y},{x} is outside the {height}x{width} grid")
-        self.inputs = Inputs(self.source, 1, 1, self.dim)
+        if is_figure_source(self.source):
+            self.inputs = FigureInputs(self.source, self.dim)
+        else:
+            self.inputs = Inputs(self.source, 1, 1, self.dim)
 
     @property
     def cases(self) -> list[Case]:
