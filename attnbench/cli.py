@@ -179,7 +179,7 @@ def time_cmd(
     inputs: str = typer.Option(
         "random",
         help="random, clustered[:size=N], model:minilm[:layer=L,head=H], blobs, image:NAME, "
-        "or a .npz/.pt with q, k, v",
+        "svd:NAME, three-blobs, or a .npz/.pt with q, k, v",
     ),
     mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
     repeats: int = typer.Option(10, help="timed samples per case, at least"),
@@ -362,7 +362,7 @@ def error_cmd(
     inputs: str = typer.Option(
         "clustered",
         help="random, clustered[:size=N], model:minilm[:layer=L,head=H], blobs, image:NAME, "
-        "or a .npz/.pt with q, k, v",
+        "svd:NAME, three-blobs, or a .npz/.pt with q, k, v",
     ),
     backends: str = typer.Option("", help="compare these backends with the reference"),
     reference: str = typer.Option(
@@ -499,8 +499,23 @@ def plot_cmd(
         frame = read_rows(results)
     except (ValueError, KeyError, OSError) as exc:
         raise UsageError(f"{results}: cannot read results ({exc})") from None
-    plot_results(frame, out)
+    plot_results(frame, out, _run_env(results))
     console.print(f"wrote {out}")
+
+
+def _run_env(results: Path) -> dict | None:
+    """The environment record of a result file: a CSV's .env.json sidecar, a JSON's "env"."""
+    import json
+
+    from attnbench.results import env_sidecar
+
+    try:
+        if results.suffix.lower() == ".json":
+            return json.loads(results.read_text()).get("env")
+        sidecar = env_sidecar(results)
+        return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+    except (OSError, ValueError, AttributeError):  # no usable record: the rows alone
+        return None
 
 
 @app.command("compare")

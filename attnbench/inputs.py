@@ -81,7 +81,7 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
     """Read q, k, v from .npz or .pt; accept [n, d], [H, n, d] or [B, H, n, d]; validate."""
     path = Path(path)
     if path.suffix not in FILE_SUFFIXES:
-        kinds = ", ".join((*KINDS, "blobs", "image:NAME"))
+        kinds = ", ".join((*KINDS, "blobs", "image:NAME", "svd:NAME", "three-blobs"))
         raise UsageError(f"--inputs: {path} is not a .npz or .pt file, nor one of {kinds}")
     if not path.is_file():
         raise UsageError(f"--inputs: file {path} does not exist")
@@ -143,8 +143,8 @@ class Inputs:
         elif self.on_grid:  # images: one picture, one head
             from attnbench.images import IMAGES
 
-            name = kind.removeprefix("image:")
-            if kind != "blobs" and name not in IMAGES:
+            name = kind.split(":", 1)[1] if ":" in kind else kind
+            if kind not in ("blobs", "three-blobs") and name not in IMAGES:
                 raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
             self.batch = self.heads = 1
         elif kind not in ("random", "clustered"):
@@ -154,8 +154,9 @@ class Inputs:
 
     @property
     def on_grid(self) -> bool:
-        """Image inputs (blobs, image:NAME) exist only on an H x W grid."""
-        return self.kind == "blobs" or self.kind.startswith("image:")
+        """Image inputs (blobs, image:NAME and the SCRAM figures' svd:NAME and three-blobs)
+        exist only on an H x W grid."""
+        return self.kind in ("blobs", "three-blobs") or self.kind.startswith(("image:", "svd:"))
 
     @property
     def fixed_shape(self) -> bool:

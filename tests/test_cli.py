@@ -270,6 +270,22 @@ def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, source, out):
     assert figure.read_bytes().startswith(magic)
 
 
+@pytest.mark.parametrize("source", ["r.csv", "r.json"])
+def test_plot_hands_the_run_environment_to_the_figure(time_run, tmp_path, monkeypatch, source):
+    """The subtitle's device and threads come from the run's record for files whose rows
+    lack them: a CSV's .env.json sidecar, a JSON's "env"."""
+    import attnbench.plots as plots
+
+    _, run_dir, _ = time_run
+    for name in ("r.csv", "r.env.json", "r.json"):
+        (tmp_path / name).write_bytes((run_dir / name).read_bytes())
+    seen = []
+    monkeypatch.setattr(plots, "plot_results", lambda frame, out, env=None: seen.append(env))
+    assert_ok(invoke("plot", tmp_path / source, "--out", tmp_path / "f.png"))
+    expected = json.loads((run_dir / "r.env.json").read_text())
+    assert seen == [expected] and expected["threads"] >= 1
+
+
 @pytest.mark.parametrize(
     ("name", "shape", "batch", "heads"),
     [
@@ -950,3 +966,20 @@ def test_resume_runs_only_the_cases_the_file_lacks(tmp_path):
 
 def test_resume_needs_an_output_file():
     assert_one_line_error(invoke("time", "--seq", "16", "--resume"), "--resume")
+
+
+@pytest.mark.parametrize(("inputs", "grid"), [("svd:camera", "1x32"), ("three-blobs", "8x8")])
+def test_the_scram_figure_inputs_run_in_time_and_error(tmp_path, inputs, grid):
+    settings = {
+        "time": ["--repeats", "2", "--min-time", "0", "--warmup", "1"],
+        "error": ["--hashes", "8", "--trials", "1"],
+    }
+    for study, extra in settings.items():
+        csv = tmp_path / f"{study}.csv"
+        result = invoke(
+            study, "--inputs", inputs, "--grid", grid, "--dim", "4", *extra,
+            "--backends", "scram:kappa=2", "--csv", csv,
+        )  # fmt: skip
+        assert_ok(result)
+        df = pd.read_csv(csv)
+        assert (df["status"] == "ok").all() and df["inputs"].str.startswith(inputs).all()
