@@ -332,7 +332,7 @@ def maps_cmd(
         raise UsageError("no backend could draw its map")
     height, width = spec.grid
     where = f", query ({spec.query[0]}, {spec.query[1]})" if spec.query else ""
-    plot_maps(maps, f"{inputs} · {height}x{width} · d = {spec.dim}{where}", out, spec.query)
+    plot_maps(maps, f"{inputs} · {height}x{width} · d = {spec.inputs.dim}{where}", out, spec.query)
     console.print(f"wrote {out}")
 
 
@@ -553,6 +553,9 @@ def run_cmd(
         raise typer.Exit(code)
 
 
+PROFILE_COMMANDS = ("time", "error", "maps")
+
+
 def profile_argv(profile: Path) -> list[str]:
     """`command = "error"` and an `[options]` table become `error --key value ...`."""
     if not profile.is_file():
@@ -562,8 +565,9 @@ def profile_argv(profile: Path) -> list[str]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{profile}: not valid TOML ({exc})") from None
     command = doc.get("command")
-    if command not in ("time", "error"):
-        raise UsageError(f'{profile}: `command` must be "time" or "error", got {command!r}')
+    if command not in PROFILE_COMMANDS:
+        valid = ", ".join(f'"{c}"' for c in PROFILE_COMMANDS)
+        raise UsageError(f"{profile}: `command` must be one of {valid}, got {command!r}")
     options = doc.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"{profile}: [options] must be a table of option = value")

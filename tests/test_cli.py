@@ -513,6 +513,24 @@ def test_run_executes_a_toml_profile(tmp_path, monkeypatch):
     )
 
 
+def test_run_draws_maps_from_a_profile(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lines = ['command = "maps"', "[options]", 'backends = "softmax,yoso-e"', 'inputs = "random"']
+    lines += ['grid = "1x16"', 'out = "m.png"']
+    (tmp_path / "m.toml").write_text("\n".join(lines) + "\n")
+    assert_ok(invoke("run", "m.toml"))
+    assert (tmp_path / "m.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_run_refuses_a_command_profiles_cannot_drive(tmp_path):
+    (tmp_path / "p.toml").write_text('command = "compare"\n')
+    result = invoke("run", tmp_path / "p.toml")
+    assert (
+        result.exit_code == 2
+        and '`command` must be one of "time", "error", "maps"' in result.stderr
+    )
+
+
 @pytest.mark.parametrize(
     "profile", sorted((Path(__file__).parents[1] / "profiles").glob("*.toml")), ids=lambda p: p.name
 )
@@ -523,7 +541,7 @@ def test_shipped_profiles_parse_into_valid_commands(profile):
     argv = cli.profile_argv(profile)
     command = typer.main.get_command(cli.app).commands[argv[0]]
     params = command.make_context(argv[0], argv[1:]).params
-    assert params["csv"] is not None
+    assert params["out" if argv[0] == "maps" else "csv"] is not None  # the figure's data kept
     if params.get("backends"):
         assert parse_backends(params["backends"])
 

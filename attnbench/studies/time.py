@@ -55,7 +55,7 @@ class TimeSpec:
             self.seqs = [h * w for h, w in self.grids]
         if self.inputs is None:
             self.inputs = Inputs("random", self.batch, self.heads, self.dim)
-        elif self.inputs.data is not None:
+        elif self.inputs.fixed_shape:
             self.batch, self.heads, self.dim = self.inputs.batch, self.inputs.heads, self.inputs.dim
 
     def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
