@@ -2,9 +2,10 @@
 E = (1 - arccos(Q^ K^T) / pi)^tau (YOSO seed, Sec. 3.1). Dense, O(n^2): a reference.
 
 `backward=lower` (default) replaces dE/dcos by the paper's lower bound (tau/2) E (eq. 4),
-as the reference code trains YOSO-E: it is what YOSO-m's backward estimates, so YOSO-E is
-YOSO-m's m -> infinity limit in both passes, and it is finite at q = k. `backward=exact`
-differentiates E itself (arccos kept off +-1). Both compute in at least fp32.
+as YOSO is trained in the paper and its reference code. It is what YOSO-m's backward
+estimates, so YOSO-E is YOSO-m's m -> infinity limit in both passes, and it is finite at
+q = k. `backward=exact` differentiates E itself (arccos kept off +-1). Both compute in at
+least fp32.
 """
 
 from __future__ import annotations
