@@ -454,9 +454,14 @@ def _error_figure(rows: pd.DataFrame):
         raise UsageError(f"no {YOSO_E_METRIC} or {SOFTMAX_METRIC} rows to plot")
     drawn = pd.concat([f for _, f in frames])
     parts, varying = _case_parts(drawn)
-    fig, axes = _new_figure(len(frames), "Approximation error vs sequence length", parts)
+    by_m = _error_by_m(rows)
+    fig, axes = _new_figure(
+        len(frames) + (by_m is not None), "Approximation error vs sequence length", parts
+    )
     lines = _Lines(drawn, varying)
-    for ax, (metric, frame) in zip(axes, frames, strict=True):
+    if by_m is not None:
+        _error_vs_m_panel(axes[-1], by_m)
+    for ax, (metric, frame) in zip(axes[: len(frames)], frames, strict=True):
         _style_n_axis(ax, drawn["seq"])
         std = frame["std"] if "std" in frame else float("nan")
         frame = frame.assign(lo=(frame["value"] - std).clip(lower=0), hi=frame["value"] + std)
@@ -465,8 +470,46 @@ def _error_figure(rows: pd.DataFrame):
         ax.set_ylabel(f"mean angle to {target} (rad)")
         ax.set_title(f"vs {target}, mean ± std over trials")
         ax.set_ylim(bottom=0)
-    lines.legend(fig, axes)
+    lines.legend(fig, axes[: len(frames)])
     return fig
+
+
+def _error_by_m(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """The angle-to-YOSO-E rows of backends with an m, with an `m` column, when at least two
+    m are present and the rows are one case family (else no error-vs-m panel)."""
+    frame = rows[rows["metric"] == YOSO_E_METRIC]
+    if frame.empty:
+        return None
+    frame = frame.assign(m=frame["backend"].astype(str).map(_m_of)).dropna(subset=["m"])
+    frame = frame[(frame["m"] > 0) & (frame["value"] > 0)]
+    present = [c for c in CASE_COLUMNS if c in frame]
+    if frame["m"].nunique() < 2 or any(frame[c].nunique(dropna=False) > 1 for c in present):
+        return None
+    return frame.drop_duplicates(subset=["backend", "seq"], keep="last")
+
+
+def _error_vs_m_panel(ax, frame: pd.DataFrame) -> None:
+    """Angle to YOSO-E vs m on log-log axes, a line per n, with the Monte Carlo rate c/sqrt(m)
+    dashed (c fitted to all points in log space), as a check of YOSO-m's 1/sqrt(m) error."""
+    for idx, (n, group) in enumerate(frame.groupby("seq", sort=True)):
+        group = group.sort_values("m")
+        ax.plot(group["m"], group["value"], marker="o", markersize=4, color=f"C{idx % 10}",
+                label=f"n={int(n)}")  # fmt: skip
+    ms = sorted(frame["m"].unique())
+    scale = math.exp(float((frame["value"].map(math.log) + 0.5 * frame["m"].map(math.log)).mean()))
+    ax.plot(ms, [scale / math.sqrt(m) for m in ms], "k--", linewidth=1, label="∝ 1/√m")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ms)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(_PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_xlabel("number of hashes m")
+    ax.set_ylabel("mean angle to YOSO-E (rad)")
+    ax.set_title("vs m, log-log, a line per n")
+    ax.legend(fontsize="small", ncols=2 if frame["seq"].nunique() > 4 else 1)
 
 
 def plot_maps(maps: dict, title: str, path: Path, query: tuple[int, int] | None = None) -> None:

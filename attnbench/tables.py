@@ -112,12 +112,20 @@ def _symptoms(row) -> str:
 
 
 def error_table(rows: list) -> Table:
-    table = Table(title="attnbench error (mean +- std over trials)")
+    """A line per backend, length and metric; then each fitted slope of the angle against
+    log2 n (rad per doubling of n, std = its standard error) on a line of its own."""
+    from attnbench.studies.error import SLOPE
+
+    table = Table(
+        title="attnbench error (mean +- std over trials; slopes: fit over all n, +- std error)"
+    )
     for column in ("backend", "n", "metric", "value", "std"):
         table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
-    for r in rows:
+    slopes = [r for r in rows if r.metric.startswith(SLOPE)]
+    for r in [r for r in rows if not r.metric.startswith(SLOPE)] + slopes:
+        n = "all n" if r.metric.startswith(SLOPE) else str(r.seq)
         if r.status != "ok":
-            table.add_row(_label(r.backend), str(r.seq), r.metric, _status(r), "")
+            table.add_row(_label(r.backend), n, r.metric, _status(r), "")
             continue
-        table.add_row(_label(r.backend), str(r.seq), r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
+        table.add_row(_label(r.backend), n, r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
     return table

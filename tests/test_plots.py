@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import pytest
 
-from attnbench.plots import PLOT_SUFFIXES, _case_parts, _ok_rows, plot_results
+from attnbench.plots import PLOT_SUFFIXES, _case_parts, _error_figure, _ok_rows, plot_results
 from attnbench.results import Row, read_rows, rows_frame
 
 SEQS = (256, 512, 1024)
@@ -153,7 +154,7 @@ def test_study_without_plottable_metric(tmp_path):
 def test_legend_uses_the_registry_short_label():
     from attnbench.plots import _short_labels
 
-    spec = "yoso:m=32,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"
+    spec = "yoso:m=32,tau=8,seed=0,hash=auto,resample=call,impl=numba,backward=lsh"
     labels, _ = _short_labels([spec, "sdpa", "not-a-backend:x=1"])
     assert labels == {spec: "yoso-32", "sdpa": "sdpa", "not-a-backend:x=1": "not-a-backend:x=1"}
 
@@ -254,3 +255,35 @@ def test_time_table_shows_the_mean_of_the_kept_samples_beside_the_median():
     assert "mean ms" in text
     line = next(ln for ln in text.splitlines() if "256" in ln)
     assert [c.strip() for c in line.split("│")[3:5]] == ["2.000", "3.000"]  # median, mean
+
+
+def test_error_figure_adds_error_vs_m_with_the_inverse_sqrt_line():
+    rows = _error_rows() + [
+        _row("error", f"yoso:m={m},tau=8,seed=0", SEQS[-1], "radian_slope_log2n_vs_yoso_e", 0.01)
+        for m in (8, 16, 32)
+    ]
+    fig = _error_figure(_ok_rows(rows_frame(rows)))
+    try:
+        panel = fig.axes[2]  # after the panels vs YOSO-E and vs softmax
+        assert panel.get_xscale() == "log" and panel.get_yscale() == "log"
+        lines = {line.get_label(): line for line in panel.lines}
+        assert set(lines) == {f"n={n}" for n in SEQS} | {"∝ 1/√m"}
+        for n in SEQS:  # the rows' errors are 1/m at every n
+            m, err = lines[f"n={n}"].get_data()
+            assert list(m) == [8, 16, 32] and list(err) == [1 / 8, 1 / 16, 1 / 32]
+        m, ref = lines["∝ 1/√m"].get_data()
+        scaled = [y * x**0.5 for x, y in zip(m, ref, strict=True)]
+        assert max(scaled) - min(scaled) < 1e-12  # c / sqrt(m)
+        # the slope rows are no points of the panels vs n
+        assert all(len(line.get_xdata()) == len(SEQS) for line in fig.axes[0].lines)
+    finally:
+        plt.close(fig)
+
+
+def test_no_error_vs_m_panel_with_one_m():
+    rows = [r for r in _error_rows(with_softmax=False) if r.backend.startswith("yoso:m=8,")]
+    fig = _error_figure(_ok_rows(rows_frame(rows)))
+    try:
+        assert len(fig.axes) == 1
+    finally:
+        plt.close(fig)

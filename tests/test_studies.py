@@ -143,3 +143,34 @@ def test_time_rows_carry_the_speedup_against_the_baseline():
     for r in times:
         assert r.baseline == "sdpa"
         assert r.speedup == pytest.approx(medians[("sdpa", r.seq)] / r.value)
+
+
+def test_fit_slope_recovers_a_line_and_its_error():
+    from attnbench.studies.error import fit_slope
+
+    assert fit_slope([1, 2, 3], [1.0, 1.5, 2.0]) == pytest.approx((0.5, 0.0), abs=1e-12)
+    slope, stderr = fit_slope([1, 2, 3, 4], [0.0, 1.0, 1.0, 2.0])
+    assert slope == pytest.approx(0.6) and stderr == pytest.approx(0.02**0.5)  # residuals 0.2/2/5
+
+
+def test_error_study_fits_the_slope_against_log2_n_per_m():
+    import numpy as np
+
+    from attnbench.studies.error import fit_slope
+
+    spec = ErrorSpec(
+        seqs=[16, 32, 64], hashes=[4, 16], trials=2, inputs=Inputs("clustered", 1, 2, 8)
+    )
+    rows = rows_of(run_error(spec))
+    slopes = [r for r in rows if r.metric == "radian_slope_log2n_vs_yoso_e"]
+    assert sorted(r.backend.split(",")[0] for r in slopes) == ["yoso:m=16", "yoso:m=4"]
+    for s in slopes:
+        assert s.seq == 64 and s.count == 2 and s.unit == "rad per doubling of n"
+        points = [r for r in rows if r.backend == s.backend and r.metric == "radian_vs_yoso_e"]
+        xs = [np.log2(r.seq) for r in points for _ in r.samples]
+        ys = [x for r in points for x in r.samples]
+        assert (s.value, s.std) == pytest.approx(fit_slope(xs, ys))
+        assert s.std > 0 and "16, 32, 64" in s.method
+    # the reference and backends compared with softmax get no slope
+    exact = ErrorSpec(seqs=[16, 32], trials=1, backends=[get_backend("sdpa")])
+    assert not [r for r in rows_of(run_error(exact)) if "slope" in r.metric]

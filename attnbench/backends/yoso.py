@@ -5,10 +5,16 @@ hyperplanes, or the fast Hadamard hash of Andoni et al.); per hash, keys add the
 rows to a 2^tau-bucket table and queries read their bucket. The mean over hashes
 estimates E V of YOSO-E, and the output is l2-normalised (N-YOSO). `impl=numba` runs the
 kernels (CPU or CUDA by the tensors' device); `impl=torch` is the readable reference.
+
+Hash draws are new on every forward call (`resample=call`, as the paper samples hash
+functions per pass), derived from the seed and the instance's call count, so the same seed
+and the same sequence of calls give the same outputs; `resample=fixed` reuses one draw.
+`hash=auto` picks the Gaussian hash below FAST_MIN_DIM, where the fast hash is biased.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -29,8 +35,29 @@ from attnbench.kernels.target import device_target
 from attnbench.measure import is_cuda
 from attnbench.measure.memory import available_bytes
 
-HASHES = ("fast", "gaussian")
+HASHES = ("auto", "fast", "gaussian")
 IMPLS = ("numba", "torch")
+RESAMPLE = ("call", "fixed")
+# hash=auto uses the fast hash from this head dim up, the Gaussian hash below it: the fast
+# hash's directions are orthogonal, not independent, so its collision rate falls short of
+# (1 - theta/pi)^tau by an amount that shrinks as d grows (docs/notes-yoso.md).
+FAST_MIN_DIM = 64
+
+
+def hash_kind(kind: str, d: int) -> str:
+    """The hash that runs at head dim d: `kind`, or for auto the unbiased choice at d."""
+    if kind != "auto":
+        return kind
+    return "fast" if d >= FAST_MIN_DIM else "gaussian"
+
+
+def call_seed(seed: int, call: int) -> int:
+    """The seed of the draws of call `call`: the seed itself for call 0 (so `fixed` and the
+    first call of `call` agree), else a hash of (seed, call) that keeps calls independent."""
+    if call == 0:
+        return seed
+    state = np.random.SeedSequence([seed, call]).generate_state(2, np.uint32)
+    return (int(state[0]) << 31) ^ int(state[1])
 
 
 def _choice(options: tuple[str, ...]):
@@ -50,7 +77,15 @@ class YOSO(Backend):
         "m": int_param(32, 1, 4096, "number of hashes"),
         "tau": tau_param(8),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random projections"),
-        "hash": Param("fast", _choice(HASHES), "fast (Hadamard) or gaussian (projection)"),
+        "hash": Param(
+            "auto",
+            _choice(HASHES),
+            f"fast (Hadamard), gaussian (projection), or auto = gaussian for d < "
+            f"{FAST_MIN_DIM}, fast from there",
+        ),
+        "resample": Param(
+            "call", _choice(RESAMPLE), "call: new hash draws every call (from seed), fixed: one"
+        ),
         "impl": Param("numba", _choice(IMPLS), "numba kernels or the torch reference"),
         "backward": Param("lsh", _choice(BACKWARDS), "lsh (linear), dense or expected (n^2)"),
     }
@@ -62,6 +97,17 @@ class YOSO(Backend):
     def __init__(self, **values):
         super().__init__(**values)
         self._draws: dict[tuple, torch.Tensor] = {}
+        self._calls = 0  # forward calls made; with resample=call, call c draws from seed c
+
+    def _call(self, advance: bool) -> int:
+        """The draw index of a forward (advance: the next one, counted) or of a map or codes
+        (the last forward's draws, which they explain; call 0's before any forward)."""
+        if self.values["resample"] == "fixed":
+            return 0
+        if advance:
+            self._calls += 1
+            return self._calls - 1
+        return max(0, self._calls - 1)
 
     def impl(self, device: str) -> str:
         if self.values["impl"] == "torch":
@@ -71,7 +117,8 @@ class YOSO(Backend):
     def unsupported(self, case) -> list[str]:
         reasons = super().unsupported(case)
         v = self.values
-        if v["impl"] == "numba" and v["hash"] == "fast" and is_cuda(case.device):
+        kind = hash_kind(v["hash"], case.dim)
+        if v["impl"] == "numba" and kind == "fast" and is_cuda(case.device):
             padded = reference.padded_dim(case.dim, resolve_tau(v["tau"], case.n))
             if padded > MAX_PADDED_DIM:
                 reasons.append(
@@ -79,22 +126,24 @@ class YOSO(Backend):
                 )
         return reasons
 
-    def draws(self, groups: int, d: int, tau: int, device) -> torch.Tensor:
-        """The random projections or diagonals, drawn on the CPU from the seed, kept per shape."""
-        key = (groups, d, tau, str(device))
+    def draws(self, groups: int, d: int, tau: int, device, call: int = 0) -> torch.Tensor:
+        """The random projections or diagonals of draw `call`, drawn on the CPU from the
+        seed (so every device sees the same draws), kept for the latest call per shape."""
+        key = (groups, d, tau, str(device), call)
         if key not in self._draws:
-            m, seed = self.values["m"], self.values["seed"]
-            if self.values["hash"] == "fast":
+            self._draws = {k: x for k, x in self._draws.items() if k[-1] == call}
+            m, seed = self.values["m"], call_seed(self.values["seed"], call)
+            if hash_kind(self.values["hash"], d) == "fast":
                 draws = reference.fast_diagonals(groups, d, m, tau, seed)
             else:
                 draws = reference.gaussian_projections(groups, d, m, tau, seed)
             self._draws[key] = draws.to(device)
         return self._draws[key]
 
-    def hash(self, x: torch.Tensor, tau: int) -> torch.Tensor:
-        """int32 codes [G, n, m] of unit rows x [G, n, d]."""
-        kind, m = self.values["hash"], self.values["m"]
-        draws = self.draws(x.shape[0], x.shape[-1], tau, x.device)
+    def hash(self, x: torch.Tensor, tau: int, call: int = 0) -> torch.Tensor:
+        """int32 codes [G, n, m] of unit rows x [G, n, d] under draw `call`."""
+        kind, m = hash_kind(self.values["hash"], x.shape[-1]), self.values["m"]
+        draws = self.draws(x.shape[0], x.shape[-1], tau, x.device, call)
         if self.values["impl"] == "numba":
             return dispatch.hash_codes(x, draws, kind, tau, m)
         if kind == "fast":
@@ -102,11 +151,13 @@ class YOSO(Backend):
         return reference.gaussian_codes(x, draws, tau)
 
     def codes(self, q, k, mask=None):
-        """Hash codes of normalised queries and keys, [B*H, n, m] each, from shared draws."""
+        """Hash codes of normalised queries and keys, [B*H, n, m] each, from the draws of the
+        last forward (call 0's before any): the codes that forward used."""
         b, h, _, d = k.shape
         tau = resolve_tau(self.values["tau"], k.shape[-2])
+        call = self._call(advance=False)
         qn, kn = (F.normalize(x.float(), dim=-1).reshape(b * h, -1, d) for x in (q, k))
-        return self.hash(qn, tau), self.hash(kn, tau), tau
+        return self.hash(qn, tau, call), self.hash(kn, tau, call), tau
 
     def forward(self, q, k, v, mask=None):
         b, h, n_q, d = q.shape
@@ -116,8 +167,9 @@ class YOSO(Backend):
             v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
         qn = F.normalize(q.float(), dim=-1).reshape(b * h, n_q, d)
         kn = F.normalize(k.float(), dim=-1).reshape(b * h, n_k, d)
+        call = self._call(advance=True)
         with torch.no_grad():
-            q_codes, k_codes = self.hash(qn, tau), self.hash(kn, tau)
+            q_codes, k_codes = self.hash(qn, tau, call), self.hash(kn, tau, call)
         if self.values["impl"] == "numba":  # hash tables are checked against free memory
             ops = dispatch.Kernels(free_bytes=available_bytes)
         else:
@@ -139,7 +191,8 @@ class YOSO(Backend):
         return zero_masked_rows(out.to(v.dtype), mask)
 
     def attention_map(self, q, k, mask=None):
-        """Empirical collision frequency: fraction of the m hashes where q_i and k_j collide."""
+        """Empirical collision frequency: fraction of the m hashes where q_i and k_j collide,
+        under the last forward's draws (see `codes`), so the map explains that output."""
         b, h, n_q, _ = q.shape
         q_codes, k_codes, _ = self.codes(q, k)
         freq = reference.collision_frequency(q_codes, k_codes).view(b, h, n_q, -1)

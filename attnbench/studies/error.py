@@ -9,6 +9,10 @@ backend's attention map; for a stochastic backend the Monte Carlo bias and sprea
 (`Backend.diagnostics`: a search's hit rate, a sampler's ESS or acceptance).
 
 YOSO Fig. 8 is the sweep of `yoso:m=...` backends against `yoso-e` (radian_vs_yoso_e).
+Fig. 8's claim, an error that grows only logarithmically in n, is measured by one more row
+per yoso backend (one per m), written with its last length: `radian_slope_log2n_vs_*`,
+the least-squares slope of every trial's angle against log2 n (radians per doubling of n),
+with the slope's standard error as its std.
 """
 
 from __future__ import annotations
@@ -122,7 +126,70 @@ def run_error(
 ) -> Iterator[list[Row]]:
     """Yield the rows of each case (a backend at a length, all its trials) as it ends."""
     spec.validate()
-    yield from runner.run(spec.cases, spec.measure, executor, sink, on_case)
+    slopes = _Slopes(spec)
+    yield from runner.run(spec.cases, spec.measure, executor, sink, on_case, finish=slopes)
+
+
+SLOPE = "radian_slope_log2n"  # metric prefix of the fitted slope rows
+
+
+class _Slopes:
+    """`finish` hook: collects each yoso backend's angle samples per length and, with the
+    rows of its last length, adds the slope of angle against log2 n (two lengths or more)."""
+
+    def __init__(self, spec: ErrorSpec):
+        self.last = {c.backend.spec: c.n for c in spec.cases if c.backend.name == "yoso"}
+        self.points: dict[tuple[str, str], dict[int, list[float]]] = {}
+
+    def __call__(self, case: Case, rows: list) -> list:
+        backend = case.backend.spec
+        if backend not in self.last:
+            return rows
+        for r in rows:
+            if isinstance(r, Row) and r.status == "ok" and r.metric.startswith("radian_vs_"):
+                per_n = self.points.setdefault((backend, r.metric), {})
+                per_n[case.n] = list(r.samples) or [r.value]
+        resumed = any(isinstance(r, Row) and r.metric.startswith(SLOPE) for r in rows)
+        if case.n != self.last[backend] or resumed:
+            return rows
+        fits = [
+            _slope_row(case, metric, per_n)
+            for (b, metric), per_n in self.points.items()
+            if b == backend and len(per_n) >= 2
+        ]
+        return rows + fits
+
+
+def fit_slope(xs, ys) -> tuple[float, float]:
+    """Least-squares slope of ys on xs and its standard error (0 with two points or fewer)."""
+    x, y = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    dx = x - x.mean()
+    sxx = float(dx @ dx)
+    slope = float(dx @ (y - y.mean())) / sxx
+    if len(x) <= 2:
+        return slope, 0.0
+    resid = y - y.mean() - slope * dx
+    return slope, float(np.sqrt(resid @ resid / (len(x) - 2) / sxx))
+
+
+def _slope_row(case: Case, metric: str, per_n: dict[int, list[float]]) -> Row:
+    xs = [np.log2(n) for n, vals in per_n.items() for _ in vals]
+    ys = [v for vals in per_n.values() for v in vals]
+    slope, stderr = fit_slope(xs, ys)
+    lengths = sorted(per_n)
+    name = SLOPE + "_vs_" + metric.partition("_vs_")[2]
+    return case_row(
+        case,
+        name,
+        unit=_unit(name),
+        value=slope,
+        std=stderr,
+        count=case.settings["trials"],
+        method=(
+            f"least squares of {metric} (every trial) on log2 n over n = "
+            f"{', '.join(map(str, lengths))}; std: the slope's standard error"
+        ),
+    )
 
 
 def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
@@ -217,7 +284,7 @@ def _map_metrics(backend: Backend, q, k, grid, vs: str = "_vs_softmax") -> dict[
     return {m.removesuffix("_vs_softmax") + vs: x for m, x in map_summary(mass, tv).items()}
 
 
-UNITS = {"radian": "rad", "max_abs": "abs", "ess": "samples"}
+UNITS = {"radian": "rad", "max_abs": "abs", "ess": "samples", SLOPE: "rad per doubling of n"}
 
 
 def _unit(metric: str) -> str:

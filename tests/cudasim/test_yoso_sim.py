@@ -2,6 +2,7 @@
 the torch reference and as the dense definition, the linear backward equal to the dense
 one, the target reported."""
 
+import pytest
 import torch
 
 from attnbench import get_backend
@@ -48,12 +49,13 @@ def test_all_masked_rows_are_zero_not_nan():
     assert torch.isfinite(out).all() and (out[:, :, 2:] == 0).all()
 
 
-def test_masked_forward_equals_the_definition():
+@pytest.mark.parametrize("hash_", ["fast", "gaussian"])
+def test_masked_forward_equals_the_definition(hash_):
     """normalize((collision frequency * key mask) @ v), zero rows for masked tokens, with
     collisions counted from the codes here (the torch reference shares YOSO.forward)."""
     q, k, v = qkv(n=6)
     mask = torch.tensor([[True, True, False, True, True, False]])
-    backend = get_backend("yoso:m=4,tau=2,seed=3")
+    backend = get_backend(f"yoso:m=4,tau=2,seed=4,hash={hash_}")
     q_codes, k_codes, _ = backend.codes(q, k)
     freq = (q_codes[:, :, None, :] == k_codes[:, None, :, :]).double().mean(-1).view(1, 2, 6, 6)
     y = (freq * mask[:, None, None, :]) @ v.double()
