@@ -10,16 +10,19 @@ def test_builtin_backends_are_listed():
     assert {"softmax", "sdpa", "yoso", "yoso-e"} <= set(backend_classes())
 
 
+YOSO_DEFAULTS = ",hash=auto,resample=call,impl=numba,backward=lsh"
+
+
 @pytest.mark.parametrize(
     "spec, canonical",
     [
         ("sdpa", "sdpa"),
-        ("yoso", "yoso:m=32,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"),
-        ("yoso-16", "yoso:m=16,tau=8,seed=0,hash=fast,impl=numba,backward=lsh"),
-        ("yoso:m=16,tau=10", "yoso:m=16,tau=10,seed=0,hash=fast,impl=numba,backward=lsh"),
-        ("yoso-64:tau=auto,seed=3", "yoso:m=64,tau=auto,seed=3,hash=fast,impl=numba,backward=lsh"),
-        ("yoso-e", "yoso-e:tau=8"),
-        (" yoso-e:tau=12 ", "yoso-e:tau=12"),
+        ("yoso", "yoso:m=32,tau=8,seed=0" + YOSO_DEFAULTS),
+        ("yoso-16", "yoso:m=16,tau=8,seed=0" + YOSO_DEFAULTS),
+        ("yoso:m=16,tau=10", "yoso:m=16,tau=10,seed=0" + YOSO_DEFAULTS),
+        ("yoso-64:tau=auto,seed=3", "yoso:m=64,tau=auto,seed=3" + YOSO_DEFAULTS),
+        ("yoso-e", "yoso-e:tau=8,backward=lower"),
+        (" yoso-e:tau=12 ", "yoso-e:tau=12,backward=lower"),
     ],
 )
 def test_specs_name_every_parameter(spec, canonical):
@@ -54,9 +57,9 @@ def test_parse_backends_keeps_parameter_commas():
     specs = [b.spec for b in parse_backends("softmax,yoso:m=16,tau=4,sdpa,yoso-e:tau=6")]
     assert specs == [
         "softmax",
-        "yoso:m=16,tau=4,seed=0,hash=fast,impl=numba,backward=lsh",
+        "yoso:m=16,tau=4,seed=0,hash=auto,resample=call,impl=numba,backward=lsh",
         "sdpa",
-        "yoso-e:tau=6",
+        "yoso-e:tau=6,backward=lower",
     ]
     with pytest.raises(UsageError, match="twice"):
         parse_backends("yoso-32,yoso")
