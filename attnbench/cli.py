@@ -532,6 +532,8 @@ def report_cmd(
         raise UsageError(f"{out}: not a folder")
     try:
         written = write_reports(plots, out)
+    except ValueError as exc:
+        raise UsageError(f"cannot read results ({exc})") from None
     except OSError as exc:
         raise UsageError(f"{out}: cannot write ({exc.strerror or exc})") from None
     for path in written:

@@ -58,7 +58,9 @@ def render_report(report: str, csvs: list[Path]) -> str:
             continue
         try:
             frame = read_rows(path)
-        except ValueError:
+        except ValueError as exc:
+            if "not an attnbench result file" not in str(exc):
+                raise  # a result file cut short or garbled: never drop it silently
             other.append(path.name)
             continue
         lines += render_file(path, frame)

@@ -68,3 +68,14 @@ def test_synthetic_error_table_and_cli(tmp_path):
     assert "| `yoso:m=8` | 128 | 0.41 ± 0.02 | ok |" in text
     missing = CliRunner().invoke(app, ["report", "--plots", str(tmp_path / "none")])
     assert missing.exit_code == 2
+
+
+def test_a_truncated_result_file_is_an_error_not_skipped(tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    rows = _time_rows(64, "sdpa", 4.0)
+    text = pd.DataFrame(rows).to_csv(index=False)
+    (plots / "scram-cut.csv").write_text(text[: text.rindex(",")])  # last row cut short
+    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "truncated" in result.output
