@@ -542,6 +542,28 @@ def compare_cmd(
         raise typer.Exit(1)
 
 
+@app.command("report")
+def report_cmd(
+    plots: Path = typer.Option(Path("plots"), "--plots", help="folder of result CSVs"),
+    out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="folder to write into"),
+) -> None:
+    """Write Markdown tables of the result CSVs (yoso.md, scram.md) for the docs."""
+    from attnbench.report import write_reports
+
+    if not plots.is_dir():
+        raise UsageError(f"{plots}: no such folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: not a folder")
+    try:
+        written = write_reports(plots, out)
+    except ValueError as exc:
+        raise UsageError(f"cannot read results ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    for path in written:
+        console.print(f"wrote {path}")
+
+
 @app.command("run")
 def run_cmd(
     profile: Path = typer.Argument(..., help="a study file from profiles/, e.g. yoso-fig8.toml"),

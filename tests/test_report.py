@@ -1,0 +1,81 @@
+"""The result tables in docs/results are generated from plots/ and cannot drift from them."""
+
+from pathlib import Path
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.report import render_report, report_for, write_reports
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_committed_reports_match_the_csvs(tmp_path):
+    written = write_reports(ROOT / "plots", tmp_path)
+    assert [p.name for p in written] == ["yoso.md", "scram.md"]
+    for path in written:
+        committed = ROOT / "docs" / "results" / path.name
+        assert path.read_bytes() == committed.read_bytes(), (
+            f"docs/results/{path.name} is stale: run `attnbench report`"
+        )
+
+
+def test_files_go_to_their_paper():
+    assert report_for("yoso-fig8-clustered.csv") == "yoso.md"
+    assert report_for("cpu-time.csv") == "yoso.md"
+    assert report_for("scram-fig4.csv") == "scram.md"
+    assert report_for("other.csv") is None
+
+
+def _time_rows(seq, backend, value, status="ok", reason=""):
+    base = dict(study="time", backend=backend, impl="torch", device="cpu", dtype="float32")
+    base.update(mode="fwd", inputs="random", batch=1, heads=1, seq=seq, dim=8, unit="ms")
+    time = dict(base, metric="time_ms", value=value, p10=value * 0.9, p90=value * 1.1)
+    peak = dict(base, metric="peak_mib", value=2.0, unit="MiB")
+    return [dict(r, status=status, reason=reason) for r in (time, peak)]
+
+
+def test_synthetic_time_table(tmp_path):
+    rows = (
+        _time_rows(64, "sdpa", 4.0)
+        + _time_rows(64, "yoso-32", 1.0)
+        + _time_rows(128, "sdpa", float("nan"), "oom", "out of memory. Tried more")
+    )
+    pd.DataFrame(rows).to_csv(tmp_path / "yoso-mine.csv", index=False)
+    (tmp_path / "unrelated.csv").write_text("a,b\n1,2\n")
+    text = render_report("yoso.md", sorted(tmp_path.glob("*.csv")))
+    assert "## yoso-mine" in text
+    assert "| `yoso-32` | 64 | 1 ms | 0.9 – 1.1 ms | 4× | 2 | ok |" in text
+    assert "| `sdpa` | 128 | – | – | – | – | oom (out of memory) |" in text
+    assert "unrelated" not in text  # not a yoso-* file
+    assert render_report("scram.md", sorted(tmp_path.glob("*.csv"))).count("|") == 0
+
+
+def test_synthetic_error_table_and_cli(tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    row = dict(study="error", backend="yoso:m=8", seq=64, inputs="clustered", status="ok")
+    rows = [
+        dict(row, metric="radian_vs_yoso_e", value=0.4, std=0.01),
+        dict(row, seq=128, metric="radian_vs_yoso_e", value=0.41, std=0.02),
+    ]
+    pd.DataFrame(rows).to_csv(plots / "yoso-fig8-x.csv", index=False)
+    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "yoso.md").read_text()
+    assert "| `yoso:m=8` | 64 | 0.4 ± 0.01 | ok |" in text
+    assert "| `yoso:m=8` | 128 | 0.41 ± 0.02 | ok |" in text
+    missing = CliRunner().invoke(app, ["report", "--plots", str(tmp_path / "none")])
+    assert missing.exit_code == 2
+
+
+def test_a_truncated_result_file_is_an_error_not_skipped(tmp_path):
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    rows = _time_rows(64, "sdpa", 4.0)
+    text = pd.DataFrame(rows).to_csv(index=False)
+    (plots / "scram-cut.csv").write_text(text[: text.rindex(",")])  # last row cut short
+    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "truncated" in result.output
