@@ -125,7 +125,7 @@ def test_backends_lists_every_backend_with_its_parameters(monkeypatch):
     assert cells["softmax"][0] == "-" and cells["sdpa"][0] == "-"
     assert "m=32" in cells["yoso"][0] and "tau=8" in cells["yoso"][0]
     assert "yoso-N sets m" in cells["yoso"][0]
-    assert cells["yoso-e"][0] == "tau=8"
+    assert cells["yoso-e"][0] == "tau=8, backward=lower"
     assert cells["yoso"][3] == "yes" and cells["yoso-e"][3] == "yes"  # backward column
 
 
