@@ -40,7 +40,7 @@ IMPLS = ("numba", "torch")
 RESAMPLE = ("call", "fixed")
 # hash=auto uses the fast hash from this head dim up, the Gaussian hash below it: the fast
 # hash's directions are orthogonal, not independent, so its collision rate falls short of
-# (1 - theta/pi)^tau by an amount that shrinks as d grows (docs/notes-yoso.md).
+# (1 - theta/pi)^tau by an amount that shrinks as d grows (docs/perf-log.md, 2026-11-24).
 FAST_MIN_DIM = 64
 
 
