@@ -56,7 +56,7 @@ def plot_results(df: pd.DataFrame, path: Path, env: dict | None = None) -> None:
     if study == "time":
         fig = _time_figure(rows, _failed_rows(df))
     elif study == "error":
-        fig = _error_figure(rows)
+        fig = _error_figure(rows, _failed_rows(df))
     else:
         raise UsageError(f"no figure for study {study!r}")
     try:
@@ -446,8 +446,9 @@ def _time_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
     return fig
 
 
-def _error_figure(rows: pd.DataFrame):
-    """Angle to YOSO-E and to exact softmax vs n, as in the YOSO paper's error plot."""
+def _error_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
+    """Angle to YOSO-E and to exact softmax vs n, as in the YOSO paper's error plot; a case
+    that did not run is marked at the bottom edge of its panel, as in the time figure."""
     frames = [(m, rows[rows["metric"] == m]) for m in (YOSO_E_METRIC, SOFTMAX_METRIC)]
     frames = [(m, f) for m, f in frames if not f.empty]
     if not frames:
@@ -470,6 +471,9 @@ def _error_figure(rows: pd.DataFrame):
         ax.set_ylabel(f"mean angle to {target} (rad)")
         ax.set_title(f"vs {target}, mean ± std over trials")
         ax.set_ylim(bottom=0)
+        if failed is not None and not failed.empty:
+            mine = failed[failed["metric"].astype(str).isin([metric, "", "nan", "None"])]
+            lines.draw_failed(ax, mine, frame)
     lines.legend(fig, axes[: len(frames)])
     return fig
 

@@ -287,3 +287,18 @@ def test_no_error_vs_m_panel_with_one_m():
         assert len(fig.axes) == 1
     finally:
         plt.close(fig)
+
+
+def test_error_cases_that_did_not_run_are_marked(monkeypatch, tmp_path):
+    rows = _error_rows(with_softmax=False)
+    for seq, status in ((1024, "oom"), (2048, "error")):
+        rows.append(_row("error", "yoso-e:tau=8", seq, "radian_vs_yoso_e", None, status=status))
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    marks = {
+        line.get_marker(): list(line.get_xdata())
+        for line in fig.axes[0].get_lines()
+        if line.get_linestyle() == "None" and line.get_marker() in ("x", "+", "1")
+    }
+    assert marks and sorted(n for xs in marks.values() for n in xs) == [1024, 2048]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "out of memory" in legend
