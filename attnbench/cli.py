@@ -285,6 +285,128 @@ def _executor(isolate: bool, measure, threads: int, steady: bool = False):
     return Isolated(measure, threads, steady)
 
 
+@app.command("model")
+def model_cmd(
+    seq: str = typer.Option("512..4096", help="lengths: a value, list or doubling range"),
+    backends: str = typer.Option(DEFAULT_TIME_BACKENDS, help="comma list of backend specs"),
+    layers: int = typer.Option(6, help="encoder layers"),
+    width: int = typer.Option(256, help="embedding dimension (a multiple of --heads)"),
+    hidden: int = typer.Option(1024, help="feed-forward hidden dimension"),
+    heads: int = typer.Option(4, help="attention heads"),
+    steps: int = typer.Option(10, help="timed training steps per case (their mean is reported)"),
+    warmup: int = typer.Option(2, help="untimed training steps before them"),
+    memory_budget: str = typer.Option(
+        None, help="memory a step may use, e.g. 4GiB or 512MiB (default: 80% of what is free)"
+    ),
+    max_batch: int = typer.Option(64, help="the largest batch the search tries"),
+    device: str = typer.Option("auto", help="auto, cpu or cuda"),
+    seed: int = typer.Option(0, help="seed of the model and the random tokens"),
+    threads: int = typer.Option(None, help="CPU threads for torch and numba (default: torch's)"),
+    resume: bool = typer.Option(
+        False, help="continue the run in --csv/--json: skip the cases it already completed"
+    ),
+    csv: Path = typer.Option(None, help="write result rows to this CSV (+ .env.json record)"),
+    json: Path = typer.Option(None, help="write rows and environment to this JSON file"),
+    plot: Path = typer.Option(None, help="draw time and memory per instance vs n to PNG/SVG/PDF"),
+) -> None:
+    """Training cost of a whole encoder per instance vs length, at the largest batch that
+    fits (YOSO Fig. 7)."""
+    from attnbench.backends import parse_backends
+    from attnbench.spec import (
+        MAX_COUNT,
+        check_seed,
+        check_threads,
+        non_negative,
+        parse_sizes,
+        positive,
+        resolve_device,
+    )
+    from attnbench.studies.model import ModelConfig, ModelSpec
+
+    seed, threads = check_seed(seed), check_threads(threads)
+    heads = positive(heads, "--heads")
+    width = positive(width, "--width", MAX_MODEL_SIZE)
+    if width % heads:
+        raise UsageError(f"--width: {width} is not a multiple of --heads {heads}")
+    config = ModelConfig(
+        layers=positive(layers, "--layers", MAX_LAYERS),
+        width=width,
+        hidden=positive(hidden, "--hidden", MAX_MODEL_SIZE),
+        heads=heads,
+    )
+    spec = ModelSpec(
+        seqs=parse_sizes(seq, "--seq"),
+        backends=parse_backends(backends),
+        config=config,
+        steps=positive(steps, "--steps", MAX_COUNT),
+        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
+        memory_budget=None if memory_budget is None else parse_bytes(memory_budget),
+        max_batch=positive(max_batch, "--max-batch", MAX_BATCH),
+        device=resolve_device(device),
+        seed=seed,
+    )
+    cases = spec.cases
+    _validate(cases)
+    csv, json, plot = _outputs(csv, json, plot)
+    from attnbench.measure.env import environment
+    from attnbench.studies.model import run_model
+    from attnbench.tables import model_table
+
+    threads = _set_threads(threads)
+    with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
+        rows = _search_sweep(
+            lambda on_case, report: run_model(spec, on_case, sink, report), len(cases)
+        )
+    console.print(model_table(rows))
+    _finish(sink, rows, plot)
+
+
+def _search_sweep(study, total: int) -> list:
+    """`_sweep` for a study that also reports its progress inside a case (the batch search):
+    `study(on_case, report)`; each report replaces the progress line's description."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=progress_console, transient=True) as progress:
+        task = progress.add_task("starting", total=total)
+        started = 0
+
+        def on_case(case) -> None:
+            nonlocal started
+            progress.update(task, description=case.title, completed=started)
+            started += 1
+
+        def report(text: str) -> None:
+            progress.update(task, description=text)
+
+        rows = [row for case_rows in study(on_case, report) for row in case_rows]
+        progress.update(task, completed=total)
+    return rows
+
+
+MAX_LAYERS = 1024
+MAX_MODEL_SIZE = 2**20
+MAX_BATCH = 2**20
+_BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20}
+_BYTE_UNITS |= {"g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
+MIN_BUDGET, MAX_BUDGET = 2**20, 2**50  # 1 MiB .. 1 PiB
+
+
+def parse_bytes(text: str, option: str = "--memory-budget") -> int:
+    """ "4GiB", "512MiB", "1.5g", "1048576" -> bytes (binary units), within 1 MiB..1 PiB."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _BYTE_UNITS:
+        raise UsageError(f"{option}: cannot read {text!r} as an amount of memory (e.g. 4GiB)")
+    value = float(match.group(1)) * _BYTE_UNITS[unit]
+    if not MIN_BUDGET <= value <= MAX_BUDGET:
+        raise UsageError(f"{option}: {text.strip()} is not in 1MiB..1024TiB")
+    return int(value)
+
+
 @app.command("maps")
 def maps_cmd(
     backends: str = typer.Option(
@@ -575,7 +697,7 @@ def run_cmd(
         raise typer.Exit(code)
 
 
-PROFILE_COMMANDS = ("time", "error", "maps")
+PROFILE_COMMANDS = ("time", "error", "maps", "model")
 
 
 def profile_argv(profile: Path) -> list[str]:

@@ -57,6 +57,8 @@ def plot_results(df: pd.DataFrame, path: Path, env: dict | None = None) -> None:
         fig = _time_figure(rows, _failed_rows(df))
     elif study == "error":
         fig = _error_figure(rows, _failed_rows(df))
+    elif study == "model":
+        fig = _model_figure(rows, _failed_rows(df))
     else:
         raise UsageError(f"no figure for study {study!r}")
     try:
@@ -442,6 +444,41 @@ def _time_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
             ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
         ax.set_title("runtime" if metric == TIME_METRIC else "peak memory")
         lines.draw_failed(ax, failed, time if metric == TIME_METRIC else memory)
+    lines.legend(fig, axes)
+    return fig
+
+
+MODEL_PANELS = (
+    ("time_per_instance_ms", "time per instance (ms)", "training step time / batch"),
+    ("peak_mib_per_instance", "peak memory per instance (MiB)", "step's peak memory / batch"),
+)
+
+
+def _model_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
+    """YOSO Fig. 7: a whole model's training time and peak memory per instance vs n, log-log,
+    a line per backend; cases that did not run are marked at the bottom edge."""
+    metrics = [m for m, _, _ in MODEL_PANELS]
+    drawn = rows[rows["metric"].isin(metrics)]
+    if drawn.empty:
+        raise UsageError(f"no {' or '.join(metrics)} rows to plot")
+    failed = rows.iloc[:0] if failed is None else failed
+    failed = failed[failed["metric"].isin(metrics)]
+    parts, varying = _case_parts(pd.concat([drawn, failed]).drop(columns="batch"))
+    panels = [p for p in MODEL_PANELS if not drawn[drawn["metric"] == p[0]].empty]
+    title = "Training cost per instance vs sequence length (largest batch that fits)"
+    fig, axes = _new_figure(len(panels), title, parts)
+    lines = _Lines(pd.concat([drawn, failed]), varying)
+    for ax, (metric, ylabel, what) in zip(axes, panels, strict=True):
+        frame = drawn[(drawn["metric"] == metric) & (drawn["value"] > 0)]
+        _style_n_axis(ax, pd.concat([drawn["seq"], failed["seq"]]))
+        lines.draw(ax, frame)
+        if ax.lines:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(_PlainLogFormatter())
+            ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+        ax.set_ylabel(ylabel)
+        ax.set_title(what)
+        lines.draw_failed(ax, failed, frame)
     lines.legend(fig, axes)
     return fig
 

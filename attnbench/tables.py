@@ -129,3 +129,37 @@ def error_table(rows: list) -> Table:
             continue
         table.add_row(_label(r.backend), n, r.metric, f"{r.value:.4g}", f"{r.std:.2g}")
     return table
+
+
+def model_table(rows: list) -> Table:
+    """A line per backend and length of the whole-model study: the batch found, time and peak
+    memory per instance (the paper's Fig. 7 values), step time and total peak, status."""
+    table = Table(title="attnbench model (training step at the largest batch that fits)")
+    columns = ("backend", "n", "batch", "ms / instance", "MiB / instance", "step ms", "peak MiB")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "backend" else "right")
+    table.add_column("status")
+    cases: dict[tuple, dict] = {}
+    for r in rows:
+        cases.setdefault((r.backend, r.seq), {})[r.metric] = r
+    for (backend, n), metrics in cases.items():
+        main = metrics.get("time_per_instance_ms") or next(iter(metrics.values()))
+        ok = main.status == "ok"
+
+        def cell(metric: str, fmt: str, metrics=metrics, ok=ok) -> str:
+            row = metrics.get(metric)
+            return (
+                fmt.format(row.value) if ok and row is not None and row.value is not None else "-"
+            )
+
+        table.add_row(
+            _label(backend),
+            str(n),
+            cell("batch", "{:.0f}"),
+            cell("time_per_instance_ms", "{:.3f}"),
+            cell("peak_mib_per_instance", "{:.2f}"),
+            cell("step_ms", "{:.1f}"),
+            cell("peak_mib", "{:.1f}"),
+            _status(main),
+        )
+    return table
