@@ -121,6 +121,13 @@ def test_a_real_step_is_measured_and_batch_one_too_big_is_an_oom_row():
     assert "capped" in by["batch"].reason
 
 
+def test_the_default_budget_is_the_free_memory_with_the_runners_headroom(monkeypatch):
+    monkeypatch.setattr(study, "available_bytes", lambda _: 10 * 2**20)
+    monkeypatch.setattr(study, "step_bytes", lambda _, batch: (batch * 2**20, "fake"))
+    rows = [r for rs in study.run_model(spec(max_batch=64)) for r in rs]
+    assert {r.metric: r for r in rows}["batch"].value == int(runner.HEADROOM * 10)
+
+
 def test_a_backend_without_backward_is_skipped_with_the_reason():
     rows = [r for rs in study.run_model(spec("softmax,scram")) for r in rs]
     scram = [r for r in rows if r.backend.startswith("scram")]

@@ -287,6 +287,7 @@ def measure(
     after `warmup` untimed ones; per-instance time and memory are per batch element."""
     report = report or (lambda _: None)
     settings = case.settings
+    runner._release(case.device)  # the earlier cases' cached blocks count as free
     budget = settings["memory_budget"]
     if budget is None:
         budget = int(runner.HEADROOM * available_bytes(case.device))
