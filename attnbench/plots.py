@@ -28,7 +28,7 @@ CASE_COLUMNS = ("device", "dtype", "mode", "inputs", "batch", "heads", "dim")
 TIME_METRIC, MEMORY_METRIC = "time_ms", "peak_mib"
 # How a case that did not run is marked at the bottom edge of a panel: (marker, legend text).
 FAILED_MARKS = {
-    "skipped": ("x", "skipped: would not fit"),
+    "skipped": ("x", "skipped (unsupported, or would not fit)"),
     "oom": ("+", "out of memory"),
     "error": ("1", "failed"),
     "crashed": ("1", "failed"),

@@ -212,7 +212,7 @@ def test_skipped_and_oom_cases_are_marked_with_a_legend_entry(monkeypatch, tmp_p
     }
     assert marks == {"+": [2048], "x": [2048]}
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "out of memory" in legend and "skipped: would not fit" in legend
+    assert "out of memory" in legend and "skipped (unsupported, or would not fit)" in legend
     assert 2048 in runtime.get_xticks()
 
 
