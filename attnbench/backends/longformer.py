@@ -8,12 +8,12 @@ q, k, v as the rest (the paper gives them separate projections; a backend only s
 set). The invariant: the output is exact softmax attention restricted to that pattern
 (and to real keys, the shared mask rule), so window >= 2n gives softmax attention.
 
-The forward pass is banded, not a masked n x n matrix: queries are cut into chunks of c =
-min(w, n) tokens, each chunk scores the key chunks up to p = ceil(w / c) away on either side
-with the band mask inside that block, plus the g global keys (those outside its band, so
-none counts twice), under one softmax; the g global rows are dense. Cost O(n (3w + g) d)
-time and memory. torch's flex_attention with a block mask was the alternative; see the
-commit history for the comparison on the CPU.
+The forward pass is banded, not a masked n x n matrix: queries are cut into chunks of
+c = max(1, w // 2) tokens (at most n), each chunk scores the key chunks up to p = ceil(w / c)
+away on either side with the band mask inside that block, plus the g global keys (those
+outside its band, so none counts twice), under one softmax; the g global rows are dense.
+Cost O(n (2w + c + g) d) time and memory. torch's flex_attention with a band block mask is
+not used: on the CPU it has no backward and compiles per shape.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Longformer(Backend):
     def geometry(self, n: int) -> tuple[int, int, int, int]:
         """(w, c, m, p): one-sided width, chunk length, chunks, neighbour chunks per side."""
         w = int(self.values["window"]) // 2
-        c = max(1, min(w, n))
+        c = max(1, min(w // 2, n))
         m = -(-n // c)
         p = min(-(-w // c), m - 1)
         return w, c, m, p
