@@ -1,12 +1,14 @@
 """Attention backends. Importing this package registers the built-in ones."""
 
 from attnbench.backends import (  # noqa: F401  (registration)
+    longformer,
     scram,
     scram_mc,
     sdpa,
     softmax,
     sparse,
     yoso,
+    yoso_c,
     yoso_e,
 )
 from attnbench.backends.registry import (
