@@ -34,7 +34,7 @@ def test_specs_name_every_parameter(spec, canonical):
     [
         (
             "nosuch",
-            "valid: scram, scram-mh, scram-snis, sdpa, softmax, sparse-fixed, sparse-strided,",
+            "sdpa, softmax, sparse-fixed, sparse-strided,",
         ),
         ("yoso:bogus=1", "valid: m, tau, seed, hash"),
         ("sdpa:m=1", "no parameter 'm'; valid: none"),
