@@ -81,14 +81,19 @@ def favor_features(
     `valid` [B, n] marks the rows that count for the key max and keeps the rest's
     features at zero."""
     proj = x @ w.to(x.dtype).T  # [B, H, n, r]
-    expo = proj - (x * x).sum(-1, keepdim=True) / 2
-    if stabilise == "query":
-        expo = expo - expo.amax(-1, keepdim=True).detach()
-    elif stabilise == "key":
-        counted = expo if valid is None else expo.masked_fill(~token_mask(valid), -math.inf)
-        top = counted.amax((-2, -1), keepdim=True).detach()
-        expo = expo - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    phi = torch.exp(expo) * (1.0 / math.sqrt(w.shape[0]))
+    # in place, one shift per row inside the exp: |x|^2/2, the stabiliser, log sqrt(r)
+    log_sqrt_r = 0.5 * math.log(w.shape[0])
+    if stabilise == "query":  # the row's max exponent is its max of proj, less |x|^2/2
+        shift = proj.detach().amax(-1, keepdim=True) + log_sqrt_r
+    else:
+        proj = proj.sub_((x * x).sum(-1, keepdim=True) / 2)
+        shift = log_sqrt_r
+        if stabilise == "key":
+            with torch.no_grad():
+                expo = proj if valid is None else proj.masked_fill(~token_mask(valid), -math.inf)
+                top = expo.amax((-2, -1), keepdim=True)
+            shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top)) + log_sqrt_r
+    phi = proj.sub_(shift).exp_()
     if valid is not None:
         phi = phi * token_mask(valid).to(phi.dtype)
     return phi
