@@ -146,14 +146,15 @@ class Reformer(Backend):
         valid = F.pad(valid, (0, n_pad - n), value=False)
         valid = valid[:, None, :].expand(b, h, n_pad).reshape(b * h, n_pad, 1)
 
-        qs = _gather_rows(x, order).unflatten(2, (chunks, c))  # [G, R, chunks, c, d]
-        ks = _window(F.normalize(qs, dim=-1))  # [G, R, chunks, 2c, d]
-        vs = _window(_gather_rows(vx, order).unflatten(2, (chunks, c)))
-        ok = _window(_gather_rows(valid, order).unflatten(2, (chunks, c)))[..., 0]
-        pos_q = order.unflatten(2, (chunks, c))
-        pos_k = _window(pos_q.unsqueeze(-1))[..., 0]  # [G, R, chunks, 2c]
+        pos_q = order.unflatten(2, (chunks, c))  # [G, R, chunks, c]
+        pos_k = _window(pos_q.unsqueeze(-1))[..., 0]  # own + previous chunk [G, R, chunks, 2c]
+        keys = pos_k.flatten(2)  # the windows' rows gathered at once, no copy to concatenate
+        qs = _gather_rows(x * (1.0 / math.sqrt(d)), order).unflatten(2, (chunks, c))
+        ks = _gather_rows(F.normalize(x, dim=-1), keys).unflatten(2, (chunks, 2 * c))
+        vs = _gather_rows(vx, keys).unflatten(2, (chunks, 2 * c))
+        ok = _gather_rows(valid, keys).unflatten(2, (chunks, 2 * c))[..., 0]
 
-        scores = (qs @ ks.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # [G, R, chunks, c, 2c]
+        scores = qs @ ks.transpose(-1, -2)  # [G, R, chunks, c, 2c], scaled by 1/sqrt(d)
         is_self = pos_q.unsqueeze(-1) == pos_k.unsqueeze(-2)
         other = ok.unsqueeze(-2) & ~is_self
         allowed = other | (is_self & ~other.any(-1, keepdim=True))  # never an empty row
