@@ -180,3 +180,21 @@ def test_bad_parameters_exit_2_with_one_line(spec):
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "reformer" in lines[0]
+
+
+def test_buckets_are_angular_lsh_of_the_rotations():
+    """bucket = argmax([x R ; -x R]) under each head's and round's rotation R."""
+    q, _, _ = qkv(b=2, n=40, d=6)
+    backend = get_backend("reformer:bucket=4,hashes=3,seed=2")
+    _, _, n_buckets = layout(40, 4)
+    rot = backend.rotations(2, 6, n_buckets, q.device).double()
+    codes = backend.buckets(q)
+    for b in range(2):
+        for h in range(2):
+            for r in range(3):
+                proj = q[b, h] @ rot[h, r]
+                expected = torch.cat([proj, -proj], -1).argmax(-1)
+                assert torch.equal(codes[b, h, r, :40], expected)
+    assert (codes[..., 40:] == n_buckets).all()  # no padding here, but the shape holds
+    masked = backend.buckets(q, torch.arange(40)[None].expand(2, 40) < 30)
+    assert (masked[..., 30:] == n_buckets).all() and torch.equal(masked[..., :30], codes[..., :30])

@@ -56,12 +56,11 @@ def layout(n: int, bucket: int) -> tuple[int, int, int]:
 
 
 def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """x [G, n, e], idx [G, R, m] -> [G, R, m, e]."""
+    """x [G, n, e], idx [G, R, m] -> [G, R, m, e]: rows picked by index, one copy each."""
     g, r, m = idx.shape
-    e = x.shape[-1]
-    return (
-        x.unsqueeze(1).expand(g, r, x.shape[1], e).gather(2, idx.unsqueeze(-1).expand(g, r, m, e))
-    )
+    n, e = x.shape[-2:]
+    base = torch.arange(g, device=idx.device).mul_(n).view(g, 1, 1)
+    return x.reshape(g * n, e).index_select(0, (idx + base).view(-1)).view(g, r, m, e)
 
 
 def _window(x: torch.Tensor) -> torch.Tensor:
@@ -121,7 +120,10 @@ class Reformer(Backend):
         rot = self.rotations(h, d, n_buckets, q.device, call)
         with torch.no_grad():
             proj = torch.einsum("bhnd,hrdk->bhrnk", q.float(), rot)
-            codes = torch.cat([proj, -proj], dim=-1).argmax(-1)  # [B, H, R, n]
+            # argmax over [proj, -proj] (first index on ties), without building it
+            top, up = proj.max(-1)
+            low, down = proj.min(-1)
+            codes = torch.where(top >= -low, up, down + n_buckets // 2)  # [B, H, R, n]
             if mask is not None:
                 codes = codes.masked_fill(~mask[:, None, None, :], n_buckets)
             return F.pad(codes, (0, n_pad - n), value=n_buckets)
