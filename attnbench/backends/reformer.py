@@ -24,7 +24,10 @@ Rotations are drawn on the CPU from the seed, one per head and round, shared acr
 batch; `resample=call` draws new ones on every forward (call 0 from the seed, call c from
 a seed derived from (seed, c), as YOSO does), `resample=fixed` keeps call 0's.
 
-Cost: a sort per round, O(h n log n), and chunked scores, O(h n bucket d); no n x n matrix.
+Cost per round: the sort, O(n log n); the chunked scores, O(n bucket d); and the hash,
+O(n d n_buckets) = O(n^2 d / bucket) with Reformer's n_buckets rule: a small constant
+(d / (2 bucket) multiply-adds per token pair) but the term that grows fastest. No n x n
+matrix is formed.
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ class Reformer(Backend):
             "call: new rotations every call (from seed), fixed: one draw",
         ),
     }
-    complexity = "O(h n log n + h n c d) time, O(h n c) memory (c = bucket, h = hashes)"
+    complexity = (
+        "O(h n log n + h n c d + h n^2 d / c) time (the last is hashing into n/c buckets), "
+        "O(h n c) memory (c = bucket, h = hashes)"
+    )
     stochastic = True
     summary = "Reformer LSH attention: shared QK, sorted buckets, chunk + previous chunk"
 
