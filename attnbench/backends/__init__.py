@@ -2,6 +2,8 @@
 
 from attnbench.backends import (  # noqa: F401  (registration)
     longformer,
+    performer,
+    reformer,
     scram,
     scram_mc,
     sdpa,

@@ -1,0 +1,206 @@
+"""Reformer's LSH attention (Kitaev et al. 2020, "Reformer: The Efficient Transformer").
+
+Shared QK: Reformer computes keys from the same projection as queries, k_j = q_j / |q_j|.
+This backend takes `q` for both and ignores the `k` argument: scores are
+q_i . (q_j / |q_j|) / sqrt(d).
+
+Per hash round (`hashes` of them), angular LSH with a random rotation R [d, n_buckets/2]
+puts token i in bucket argmax([q_i R ; -q_i R]). Tokens are sorted by (bucket, position),
+the sorted sequence is cut into chunks of `bucket` tokens, and each chunk's queries attend
+to the keys of their own chunk and of the previous chunk (chunk 0's previous is the last
+chunk, cyclically, as the reference implementations do). A token does not attend to
+itself unless it has no other (unmasked) key in that window. Rounds give outputs o^r and
+log-sum-exps z^r of their scores; the output is sum_r exp(z^r - logsumexp_r z^r) o^r
+(as the reference implementations do, a key found in several rounds is not de-duplicated).
+
+Length rule: n is padded up to n_pad, a multiple of `bucket` (chunk length), giving
+n_pad / bucket chunks; n_buckets = n_pad / bucket, rounded up to even, at least 2
+(Reformer's rule of as many buckets as chunks; angular LSH needs an even count). Padding
+tokens and masked tokens are sorted after every real token (an extra last bucket) and are
+never keys; masked rows output zero. With n <= 2 * bucket every query's window is every
+token, so the backend is softmax over the shared-QK scores with the self-exclusion rule.
+
+Rotations are drawn on the CPU from the seed, one per head and round, shared across the
+batch; `resample=call` draws new ones on every forward (call 0 from the seed, call c from
+a seed derived from (seed, c), as YOSO does), `resample=fixed` keeps call 0's.
+
+Cost per round: the sort, O(n log n); the chunked scores, O(n bucket d); and the hash,
+O(n d n_buckets) = O(n^2 d / bucket) with Reformer's n_buckets rule: a small constant
+(d / (2 bucket) multiply-adds per token pair) but the term that grows fastest. No n x n
+matrix is formed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from attnbench.backends.masking import zero_masked_rows
+from attnbench.backends.registry import MAX_SEED_PARAM, Backend, Param, int_param, register
+from attnbench.backends.yoso import RESAMPLE, call_seed
+
+
+def _choice(options: tuple[str, ...]):
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def layout(n: int, bucket: int) -> tuple[int, int, int]:
+    """(n_pad, chunks, n_buckets) of n tokens with chunk length `bucket` (module doc)."""
+    chunks = -(-n // bucket)
+    n_buckets = max(2, chunks + chunks % 2)
+    return chunks * bucket, chunks, n_buckets
+
+
+def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [G, n, e], idx [G, R, m] -> [G, R, m, e]: rows picked by index, one copy each."""
+    g, r, m = idx.shape
+    n, e = x.shape[-2:]
+    base = torch.arange(g, device=idx.device).mul_(n).view(g, 1, 1)
+    return x.reshape(g * n, e).index_select(0, (idx + base).view(-1)).view(g, r, m, e)
+
+
+def _window(x: torch.Tensor) -> torch.Tensor:
+    """Chunks [..., chunks, c, e] -> each chunk's own and previous chunk [..., chunks, 2c, e]."""
+    return torch.cat([x, x.roll(1, dims=-3)], dim=-2)
+
+
+@register
+class Reformer(Backend):
+    """LSH attention: each query attends to the keys sharing its chunk window after the
+    (bucket, position) sort; the invariant is softmax over that window's shared-QK scores
+    with the self-exclusion rule, rounds mixed by their log-sum-exp weights."""
+
+    name = "reformer"
+    params = {
+        "hashes": int_param(2, 1, 64, "hash rounds"),
+        "bucket": int_param(64, 1, 1 << 16, "chunk length (n padded to a multiple)"),
+        "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random rotations"),
+        "resample": Param(
+            "call",
+            _choice(RESAMPLE),
+            "call: new rotations every call (from seed), fixed: one draw",
+        ),
+    }
+    complexity = (
+        "O(h n log n + h n c d + h n^2 d / c) time (the last is hashing into n/c buckets), "
+        "O(h n c) memory (c = bucket, h = hashes)"
+    )
+    stochastic = True
+    summary = "Reformer LSH attention: shared QK, sorted buckets, chunk + previous chunk"
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        self._draws: dict[tuple, torch.Tensor] = {}
+        self._calls = 0
+
+    def _call(self, advance: bool) -> int:
+        if self.values["resample"] == "fixed":
+            return 0
+        if advance:
+            self._calls += 1
+            return self._calls - 1
+        return max(0, self._calls - 1)
+
+    def rotations(self, heads: int, d: int, n_buckets: int, device, call: int = 0):
+        """R [heads, hashes, d, n_buckets/2] of draw `call`, kept for the latest call."""
+        key = (heads, d, n_buckets, str(device), call)
+        if key not in self._draws:
+            self._draws = {k: x for k, x in self._draws.items() if k[-1] == call}
+            gen = torch.Generator().manual_seed(call_seed(self.values["seed"], call))
+            shape = (heads, self.values["hashes"], d, n_buckets // 2)
+            self._draws[key] = torch.randn(shape, generator=gen).to(device)
+        return self._draws[key]
+
+    def buckets(self, q, mask=None, call: int = 0) -> torch.Tensor:
+        """Buckets [B, H, hashes, n_pad] of the tokens under draw `call`; padding and
+        masked tokens get the extra bucket n_buckets (sorted last)."""
+        b, h, n, d = q.shape
+        n_pad, _, n_buckets = layout(n, self.values["bucket"])
+        rot = self.rotations(h, d, n_buckets, q.device, call)
+        with torch.no_grad():
+            proj = torch.einsum("bhnd,hrdk->bhrnk", q.float(), rot)
+            # argmax over [proj, -proj] (first index on ties), without building it
+            top, up = proj.max(-1)
+            low, down = proj.min(-1)
+            codes = torch.where(top >= -low, up, down + n_buckets // 2)  # [B, H, R, n]
+            if mask is not None:
+                codes = codes.masked_fill(~mask[:, None, None, :], n_buckets)
+            return F.pad(codes, (0, n_pad - n), value=n_buckets)
+
+    def _attend(self, q, v, mask, call):
+        """Per-round outputs [B*H, R, n_pad, dv], log-sum-exps [B*H, R, n_pad], and each
+        sorted query's weights [B*H, R, chunks, c, 2c] with its keys' positions and
+        the sort order [B*H, R, n_pad]."""
+        b, h, n, d = q.shape
+        c = self.values["bucket"]
+        n_pad, chunks, _ = layout(n, c)
+        rounds = self.values["hashes"]
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        codes = self.buckets(q, mask, call).reshape(b * h, rounds, n_pad)
+        pos = torch.arange(n_pad, device=q.device)
+        order = (codes * n_pad + pos).argsort(-1)  # sort by (bucket, position)
+        undo = torch.empty_like(order).scatter_(-1, order, pos.expand_as(order))
+
+        x = F.pad(q.to(dtype), (0, 0, 0, n_pad - n)).reshape(b * h, n_pad, d)
+        vx = F.pad(v.to(dtype), (0, 0, 0, n_pad - n)).reshape(b * h, n_pad, -1)
+        valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
+        valid = F.pad(valid, (0, n_pad - n), value=False)
+        valid = valid[:, None, :].expand(b, h, n_pad).reshape(b * h, n_pad, 1)
+
+        pos_q = order.unflatten(2, (chunks, c))  # [G, R, chunks, c]
+        pos_k = _window(pos_q.unsqueeze(-1))[..., 0]  # own + previous chunk [G, R, chunks, 2c]
+        keys = pos_k.flatten(2)  # the windows' rows gathered at once, no copy to concatenate
+        qs = _gather_rows(x * (1.0 / math.sqrt(d)), order).unflatten(2, (chunks, c))
+        ks = _gather_rows(F.normalize(x, dim=-1), keys).unflatten(2, (chunks, 2 * c))
+        vs = _gather_rows(vx, keys).unflatten(2, (chunks, 2 * c))
+        ok = _gather_rows(valid, keys).unflatten(2, (chunks, 2 * c))[..., 0]
+
+        scores = qs @ ks.transpose(-1, -2)  # [G, R, chunks, c, 2c], scaled by 1/sqrt(d)
+        is_self = pos_q.unsqueeze(-1) == pos_k.unsqueeze(-2)
+        other = ok.unsqueeze(-2) & ~is_self
+        allowed = other | (is_self & ~other.any(-1, keepdim=True))  # never an empty row
+        scores = scores.masked_fill(~allowed, torch.finfo(dtype).min)
+        lse = scores.logsumexp(-1, keepdim=True)
+        weights = torch.exp(scores - lse)
+        out = (weights @ vs).flatten(2, 3)  # sorted order [G, R, n_pad, dv]
+        out = out.gather(2, undo.unsqueeze(-1).expand_as(out))
+        lse = lse.flatten(2, 4).gather(2, undo)
+        return out, lse, weights, pos_k, order
+
+    def forward(self, q, k, v, mask=None):
+        b, h, n, _ = q.shape
+        out, lse, _, _, _ = self._attend(q, v, mask, self._call(advance=True))
+        mix = torch.softmax(lse, dim=1).unsqueeze(-1)  # rounds' log-sum-exp weights
+        y = (out * mix).sum(1)[:, :n].reshape(b, h, n, -1)
+        return zero_masked_rows(y.to(v.dtype), mask)
+
+    def attention_map(self, q, k, mask=None):
+        """Dense [B, H, n, n] weights the last forward's rotations give (small n): each
+        round's window weights scattered to their keys, times the round's weight."""
+        b, h, n, _ = q.shape
+        c = self.values["bucket"]
+        n_pad, chunks, _ = layout(n, c)
+        call = self._call(advance=False)
+        _, lse, weights, pos_k, order = self._attend(q, q[..., :1], mask, call)
+        mix = torch.softmax(lse, dim=1)  # [G, R, n_pad] in token order
+        g = weights.shape[0]
+        rows = order.unflatten(2, (chunks, c)).unsqueeze(-1).expand_as(weights)
+        cols = pos_k.unsqueeze(-2).expand_as(weights)
+        w = weights * mix.gather(2, order).unflatten(2, (chunks, c)).unsqueeze(-1)
+        dense = torch.zeros(g, n_pad * n_pad, dtype=w.dtype, device=w.device)
+        flat = (rows * n_pad + cols).reshape(g, -1)
+        dense.scatter_add_(1, flat, w.reshape(g, -1))
+        dense = dense.view(g, n_pad, n_pad)[:, :n, :n]
+        return dense.reshape(b, h, n, n).to(q.dtype)
+
+    def predicted_bytes(self, batch, heads, n, d, itemsize):
+        c, rounds = self.values["bucket"], self.values["hashes"]
+        n_pad = layout(n, c)[0]
+        return batch * heads * rounds * n_pad * (4 * c + 3 * d) * 4
