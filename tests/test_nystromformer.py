@@ -27,9 +27,10 @@ def dense_softmax(q, k, v, mask=None):
 
 
 def test_landmarks_equal_to_n_give_softmax():
-    """k near q (A diagonally dominant, well conditioned). m = n: Q~ = Q, K~ = K, so out = A A^+ A V = A V with A = softmax(QK^T/sqrt d). In
-    float64, with A's condition number checked small, 40 iterations take Z to pinv(A) to
-    rounding (the iteration converges with order 7 once ||I - AZ|| < 1), so 1e-9 holds."""
+    """k near q, so A = softmax(QK^T / sqrt d) is diagonally dominant and well conditioned.
+    m = n: Q~ = Q, K~ = K, so out = A A^+ A V = A V. In float64, with A's condition number
+    checked small, 40 iterations take Z to pinv(A) to rounding (the iteration converges with
+    order 7 once ||I - AZ|| < 1), so 1e-9 holds."""
     q, _, v = qkv(n=16, d=8, scale=2.0)
     k = q + 0.3 * torch.randn(q.shape, generator=torch.Generator().manual_seed(1), dtype=q.dtype)
     a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), -1)
