@@ -1,6 +1,8 @@
 """Attention backends. Importing this package registers the built-in ones."""
 
 from attnbench.backends import (  # noqa: F401  (registration)
+    linformer,
+    nystromformer,
     scram,
     scram_mc,
     sdpa,
