@@ -132,6 +132,9 @@ def depthwise_conv(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     its dv features, zero padding, out[i] = sum_t w[t] v[i + t - c // 2]."""
     heads, size = weight.shape
     kernel = weight.to(v.dtype)[:, None, :, None]  # [H, 1, c, 1]: Conv2d over (n, dv)
+    # channels-last (heads innermost) takes a much faster depthwise path on the CPU than
+    # the default layout does
+    v = v.contiguous(memory_format=torch.channels_last)
     return F.conv2d(v, kernel, padding=(size // 2, 0), groups=heads)
 
 
