@@ -48,7 +48,7 @@ def test_identity_projections_with_k_equal_n_give_softmax():
     q, k, v = qkv(n=12)
     out = identity_backend(12)(q, k, v)
     assert torch.allclose(out, dense_softmax(q, k, v), atol=1e-12)
-    amap = identity_backend(12).attention_map(q, k)
+    amap = identity_backend(12).effective_map(q, k)
     assert torch.allclose(amap, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), -1))
 
 
@@ -62,7 +62,7 @@ def test_forward_and_map_equal_the_dense_definition(share):
     out = backend(q, k, v)
     expected = dense_linformer(q, k, v, e, f)
     assert torch.allclose(out, expected, atol=1e-12)
-    assert torch.allclose(backend.attention_map(q, k) @ v, expected, atol=1e-12)
+    assert torch.allclose(backend.effective_map(q, k) @ v, expected, atol=1e-12)
 
 
 def test_projection_entries_have_variance_one_over_k():
@@ -79,6 +79,12 @@ def test_projections_are_built_for_the_case_length():
         assert backend(q, k, v).shape == (2, 2, n, 3)
         e, _ = backend.projections(n, 2, "cpu", torch.float64)
         assert e.shape == (4, n)
+
+
+def test_no_attention_map_over_keys():
+    q, k, _ = qkv(n=8)
+    with pytest.raises(NotImplementedError):
+        get_backend("linformer:k=4").attention_map(q, k)
 
 
 def test_seeded_and_reproducible():
@@ -104,7 +110,7 @@ def test_masks_follow_the_shared_rule(share):
     for t in (q2, k2, v2):
         t[0, :, 7:] = 100.0
     assert torch.allclose(backend(q2, k2, v2, mask), out, atol=1e-12)
-    amap = backend.attention_map(q, k, mask)
+    amap = backend.effective_map(q, k, mask)
     assert (amap[0, :, :, 7:] == 0).all()
     assert torch.allclose((amap @ v)[0, :, :7], out[0, :, :7], atol=1e-12)
 

@@ -16,9 +16,11 @@ output of unmasked tokens does not depend on masked tokens; masked query rows ar
 k projected slots all stay in the softmax: with identity projections a masked key acts as a
 zero key with a zero value, not as an absent one.)
 
-`attention_map` is the effective n x n map softmax(Q (E K)^T / sqrt(d)) F (masked columns of
-F zeroed), the matrix the output applies to V: forward = attention_map @ V. It is signed
-(F is) and its rows need not sum to one; it is not a distribution over keys.
+No `attention_map`: the softmax runs over the k projected keys, so there is no n x n
+distribution over keys. `effective_map` gives the n x n matrix the output applies to V,
+softmax(Q (E K)^T / sqrt(d)) F (masked columns of F zeroed; forward = effective_map @ V), but
+it is signed (F is) with row sums near zero, so the error study's row-normalised map metrics
+(captured mass, TV) would be meaningless on it; the study reports output errors only.
 """
 
 from __future__ import annotations
@@ -110,8 +112,9 @@ class Linformer(Backend):
         e, f = self.projections(k.shape[-2], q.shape[1], q.device, q.dtype)
         return linformer_attention(q, k, v, e, f, mask)
 
-    def attention_map(self, q, k, mask=None):
-        """softmax(Q (E K)^T / sqrt(d)) F, [B, H, n, n]: the map the output applies to V."""
+    def effective_map(self, q, k, mask=None):
+        """softmax(Q (E K)^T / sqrt(d)) F, [B, H, n, n]: the signed matrix the output applies
+        to V (not an attention map: see the module docstring)."""
         e, f = self.projections(k.shape[-2], q.shape[1], q.device, q.dtype)
         if mask is not None:
             k = k * token_mask(mask).to(k.dtype)
