@@ -1,7 +1,9 @@
 """Attention backends. Importing this package registers the built-in ones."""
 
 from attnbench.backends import (  # noqa: F401  (registration)
+    linformer,
     longformer,
+    nystromformer,
     performer,
     reformer,
     scram,
