@@ -30,15 +30,9 @@ import math
 import torch
 
 from attnbench.backends.masking import token_mask, zero_masked_rows
-from attnbench.backends.registry import MAX_SEED_PARAM, Backend, Param, int_param, register
+from attnbench.backends.registry import MAX_SEED_PARAM, Backend, choice_param, int_param, register
 
 SHARES = ("heads", "kv", "none")
-
-
-def _share(text: str) -> str:
-    if text not in SHARES:
-        raise ValueError(f"one of {', '.join(SHARES)}")
-    return text
 
 
 def random_projections(k: int, n: int, heads: int, share: str, seed: int):
@@ -85,7 +79,7 @@ class Linformer(Backend):
     name = "linformer"
     params = {
         "k": int_param(256, 1, None, "projected length (rows of E and F)"),
-        "share": Param("heads", _share, "heads: one E, F for all heads; kv: E = F; none"),
+        "share": choice_param("heads", SHARES, "heads: one E, F for all heads; kv: E = F; none"),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the projections"),
     }
     complexity = "O(n k d) time, O(n k) memory"

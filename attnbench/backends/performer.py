@@ -35,17 +35,8 @@ import math
 import torch
 
 from attnbench.backends.masking import token_mask, zero_masked_rows
-from attnbench.backends.registry import MAX_SEED_PARAM, Backend, Param, int_param, register
-from attnbench.backends.yoso import RESAMPLE, call_seed
-
-
-def _choice(options: tuple[str, ...]):
-    def parse(text: str) -> str:
-        if text not in options:
-            raise ValueError(f"one of {', '.join(options)}")
-        return text
-
-    return parse
+from attnbench.backends.registry import MAX_SEED_PARAM, Backend, int_param, register
+from attnbench.backends.resampling import Resampling, resample_param
 
 
 def orthogonal_gaussian(features: int, d: int, seed: int, scale: bool = True) -> torch.Tensor:
@@ -100,7 +91,7 @@ def favor_features(
 
 
 @register
-class Performer(Backend):
+class Performer(Resampling, Backend):
     """FAVOR+: positive orthogonal random features; the output is an unbiased-feature ratio
     estimate of softmax attention whose kernel estimate phi(q).phi(k) has expectation
     exp(q.k / sqrt(d)) for every pair."""
@@ -110,40 +101,21 @@ class Performer(Backend):
     params = {
         "features": int_param(256, 1, 1 << 20, "random features r"),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random features"),
-        "resample": Param(
-            "call",
-            _choice(RESAMPLE),
-            "call: new features every call (from seed), fixed: one draw",
-        ),
+        "resample": resample_param("features"),
     }
     shorthand = "features"
     complexity = "O(n r d) time, O(n r + r d) memory"
     stochastic = True
     summary = "Performer FAVOR+: positive orthogonal random features, linear in n"
 
-    def __init__(self, **values):
-        super().__init__(**values)
-        self._draws: dict[tuple, torch.Tensor] = {}
-        self._calls = 0
-
-    def _call(self, advance: bool) -> int:
-        """The draw index of a forward (advance) or of a map (the last forward's draw)."""
-        if self.values["resample"] == "fixed":
-            return 0
-        if advance:
-            self._calls += 1
-            return self._calls - 1
-        return max(0, self._calls - 1)
-
     def projection(self, d: int, device, dtype, call: int = 0) -> torch.Tensor:
         """W [r, d] of draw `call`, kept for the latest call per shape."""
-        key = (d, str(device), dtype, call)
-        if key not in self._draws:
-            self._draws = {k: x for k, x in self._draws.items() if k[-1] == call}
-            seed = call_seed(self.values["seed"], call)
-            w = orthogonal_gaussian(self.values["features"], d, seed)
-            self._draws[key] = w.to(device=device, dtype=dtype)
-        return self._draws[key]
+        features = self.values["features"]
+        return self._drawn(
+            (d, str(device), dtype),
+            call,
+            lambda seed: orthogonal_gaussian(features, d, seed).to(device=device, dtype=dtype),
+        )
 
     def _features(self, q, k, mask, call):
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32

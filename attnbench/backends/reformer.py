@@ -38,17 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.backends.masking import zero_masked_rows
-from attnbench.backends.registry import MAX_SEED_PARAM, Backend, Param, int_param, register
-from attnbench.backends.yoso import RESAMPLE, call_seed
-
-
-def _choice(options: tuple[str, ...]):
-    def parse(text: str) -> str:
-        if text not in options:
-            raise ValueError(f"one of {', '.join(options)}")
-        return text
-
-    return parse
+from attnbench.backends.registry import MAX_SEED_PARAM, Backend, int_param, register
+from attnbench.backends.resampling import Resampling, resample_param
 
 
 def layout(n: int, bucket: int) -> tuple[int, int, int]:
@@ -72,7 +63,7 @@ def _window(x: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class Reformer(Backend):
+class Reformer(Resampling, Backend):
     """LSH attention: each query attends to the keys sharing its chunk window after the
     (bucket, position) sort; the invariant is softmax over that window's shared-QK scores
     with the self-exclusion rule, rounds mixed by their log-sum-exp weights."""
@@ -82,11 +73,7 @@ class Reformer(Backend):
         "hashes": int_param(2, 1, 64, "hash rounds"),
         "bucket": int_param(64, 1, 1 << 16, "chunk length (n padded to a multiple)"),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random rotations"),
-        "resample": Param(
-            "call",
-            _choice(RESAMPLE),
-            "call: new rotations every call (from seed), fixed: one draw",
-        ),
+        "resample": resample_param("rotations"),
     }
     complexity = (
         "O(h n log n + h n c d + h n^2 d / c) time (the last is hashing into n/c buckets), "
@@ -95,28 +82,14 @@ class Reformer(Backend):
     stochastic = True
     summary = "Reformer LSH attention: shared QK, sorted buckets, chunk + previous chunk"
 
-    def __init__(self, **values):
-        super().__init__(**values)
-        self._draws: dict[tuple, torch.Tensor] = {}
-        self._calls = 0
-
-    def _call(self, advance: bool) -> int:
-        if self.values["resample"] == "fixed":
-            return 0
-        if advance:
-            self._calls += 1
-            return self._calls - 1
-        return max(0, self._calls - 1)
-
     def rotations(self, heads: int, d: int, n_buckets: int, device, call: int = 0):
         """R [heads, hashes, d, n_buckets/2] of draw `call`, kept for the latest call."""
-        key = (heads, d, n_buckets, str(device), call)
-        if key not in self._draws:
-            self._draws = {k: x for k, x in self._draws.items() if k[-1] == call}
-            gen = torch.Generator().manual_seed(call_seed(self.values["seed"], call))
-            shape = (heads, self.values["hashes"], d, n_buckets // 2)
-            self._draws[key] = torch.randn(shape, generator=gen).to(device)
-        return self._draws[key]
+        shape = (heads, self.values["hashes"], d, n_buckets // 2)
+
+        def draw(seed: int) -> torch.Tensor:
+            return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+        return self._drawn((heads, d, n_buckets, str(device)), call, draw)
 
     def buckets(self, q, mask=None, call: int = 0) -> torch.Tensor:
         """Buckets [B, H, hashes, n_pad] of the tokens under draw `call`; padding and

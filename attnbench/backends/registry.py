@@ -52,6 +52,17 @@ def int_param(default: int, lo: int = 1, hi: int | None = None, help: str = "") 
     return Param(default, parse, help)
 
 
+def choice_param(default: str, options: tuple[str, ...], help: str = "") -> Param:
+    """A parameter taking one of `options`."""
+
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"one of {', '.join(options)}")
+        return text
+
+    return Param(default, parse, help)
+
+
 def tau_param(default: int | str = 8) -> Param:
     """tau: bits per hash code, 1..24, or "auto" = ceil(log2 n) as in YOSO's efficiency scripts."""
 

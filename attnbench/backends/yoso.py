@@ -14,7 +14,6 @@ and the same sequence of calls give the same outputs; `resample=fixed` reuses on
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -22,12 +21,13 @@ from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import (
     MAX_SEED_PARAM,
     Backend,
-    Param,
+    choice_param,
     int_param,
     register,
     resolve_tau,
     tau_param,
 )
+from attnbench.backends.resampling import Resampling, resample_param
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.kernels.lsh.autograd import BACKWARDS, LSHCumulation
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
@@ -37,7 +37,6 @@ from attnbench.measure.memory import available_bytes
 
 HASHES = ("auto", "fast", "gaussian")
 IMPLS = ("numba", "torch")
-RESAMPLE = ("call", "fixed")
 # hash=auto uses the fast hash from this head dim up, the Gaussian hash below it: the fast
 # hash's directions are orthogonal, not independent, so its collision rate falls short of
 # (1 - theta/pi)^tau by an amount that shrinks as d grows (docs/perf-log.md, 2026-11-24).
@@ -51,63 +50,28 @@ def hash_kind(kind: str, d: int) -> str:
     return "fast" if d >= FAST_MIN_DIM else "gaussian"
 
 
-def call_seed(seed: int, call: int) -> int:
-    """The seed of the draws of call `call`: the seed itself for call 0 (so `fixed` and the
-    first call of `call` agree), else a hash of (seed, call) that keeps calls independent."""
-    if call == 0:
-        return seed
-    state = np.random.SeedSequence([seed, call]).generate_state(2, np.uint32)
-    return (int(state[0]) << 31) ^ int(state[1])
-
-
-def _choice(options: tuple[str, ...]):
-    def parse(text: str) -> str:
-        if text not in options:
-            raise ValueError(f"one of {', '.join(options)}")
-        return text
-
-    return parse
-
-
 @register
-class YOSO(Backend):
+class YOSO(Resampling, Backend):
     name = "yoso"
     map_in_blocks = True  # a map row depends on its query alone
     params = {
         "m": int_param(32, 1, 4096, "number of hashes"),
         "tau": tau_param(8),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of the random projections"),
-        "hash": Param(
+        "hash": choice_param(
             "auto",
-            _choice(HASHES),
+            HASHES,
             f"fast (Hadamard), gaussian (projection), or auto = gaussian for d < "
             f"{FAST_MIN_DIM}, fast from there",
         ),
-        "resample": Param(
-            "call", _choice(RESAMPLE), "call: new hash draws every call (from seed), fixed: one"
-        ),
-        "impl": Param("numba", _choice(IMPLS), "numba kernels or the torch reference"),
-        "backward": Param("lsh", _choice(BACKWARDS), "lsh (linear), dense or expected (n^2)"),
+        "resample": resample_param("hash draws"),
+        "impl": choice_param("numba", IMPLS, "numba kernels or the torch reference"),
+        "backward": choice_param("lsh", BACKWARDS, "lsh (linear), dense or expected (n^2)"),
     }
     shorthand = "m"
     complexity = "O(n m tau log d + n m d) time, O(chunk 2^tau d) tables"
     stochastic = True
     summary = "YOSO-m: m LSH hashes, Bernoulli sampling, lower-bound backward"
-
-    def __init__(self, **values):
-        super().__init__(**values)
-        self._draws: dict[tuple, torch.Tensor] = {}
-        self._calls = 0  # forward calls made; with resample=call, call c draws from seed c
-
-    def _call(self, advance: bool) -> int:
-        """The draw index of a forward (advance: the next one, counted) or of a map or codes
-        (the last forward's draws, which they explain; call 0's before any forward)."""
-        if self.values["resample"] == "fixed":
-            return 0
-        if advance:
-            self._calls += 1
-            return self._calls - 1
-        return max(0, self._calls - 1)
 
     def impl(self, device: str) -> str:
         if self.values["impl"] == "torch":
@@ -129,16 +93,13 @@ class YOSO(Backend):
     def draws(self, groups: int, d: int, tau: int, device, call: int = 0) -> torch.Tensor:
         """The random projections or diagonals of draw `call`, drawn on the CPU from the
         seed (so every device sees the same draws), kept for the latest call per shape."""
-        key = (groups, d, tau, str(device), call)
-        if key not in self._draws:
-            self._draws = {k: x for k, x in self._draws.items() if k[-1] == call}
-            m, seed = self.values["m"], call_seed(self.values["seed"], call)
-            if hash_kind(self.values["hash"], d) == "fast":
-                draws = reference.fast_diagonals(groups, d, m, tau, seed)
-            else:
-                draws = reference.gaussian_projections(groups, d, m, tau, seed)
-            self._draws[key] = draws.to(device)
-        return self._draws[key]
+        m, fast = self.values["m"], hash_kind(self.values["hash"], d) == "fast"
+        draw = reference.fast_diagonals if fast else reference.gaussian_projections
+        return self._drawn(
+            (groups, d, tau, str(device)),
+            call,
+            lambda seed: draw(groups, d, m, tau, seed).to(device),
+        )
 
     def hash(self, x: torch.Tensor, tau: int, call: int = 0) -> torch.Tensor:
         """int32 codes [G, n, m] of unit rows x [G, n, d] under draw `call`."""
