@@ -125,11 +125,13 @@ def _sink(env: dict, csv: Path | None, json: Path | None, resume: bool):
     return ResultSink(env, csv, json, resume=resume)
 
 
-def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> list:
+def _sweep(study: Callable[..., Iterator[list]], total: int, reports: bool = False) -> list:
     """Drive a study's cases under a progress bar (the runner commits rows as cases end) and
     return every case's rows, resumed ones included.
 
     `study(on_case)` calls `on_case(case)` as each case starts, so the cases before it are done.
+    With `reports`, `study(on_case, report)` may also report progress inside a case (the model
+    study's batch search): each report replaces the progress line's description.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -148,7 +150,11 @@ def _sweep(study: Callable[[Callable], Iterator[list]], total: int) -> list:
             progress.update(task, description=case.title, completed=started)
             started += 1
 
-        rows = [row for case_rows in study(on_case) for row in case_rows]
+        def report(text: str) -> None:
+            progress.update(task, description=text)
+
+        cases = study(on_case, report) if reports else study(on_case)
+        rows = [row for case_rows in cases for row in case_rows]
         progress.update(task, completed=total)
     return rows
 
@@ -313,10 +319,14 @@ def model_cmd(
     fits (YOSO Fig. 7)."""
     from attnbench.backends import parse_backends
     from attnbench.spec import (
+        MAX_BATCH,
         MAX_COUNT,
+        MAX_LAYERS,
+        MAX_MODEL_SIZE,
         check_seed,
         check_threads,
         non_negative,
+        parse_bytes,
         parse_sizes,
         positive,
         resolve_device,
@@ -354,57 +364,10 @@ def model_cmd(
 
     threads = _set_threads(threads)
     with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
-        rows = _search_sweep(
-            lambda on_case, report: run_model(spec, on_case, sink, report), len(cases)
-        )
+        study = lambda on_case, report: run_model(spec, on_case, sink, report)  # noqa: E731
+        rows = _sweep(study, len(cases), reports=True)
     console.print(model_table(rows))
     _finish(sink, rows, plot)
-
-
-def _search_sweep(study, total: int) -> list:
-    """`_sweep` for a study that also reports its progress inside a case (the batch search):
-    `study(on_case, report)`; each report replaces the progress line's description."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=progress_console, transient=True) as progress:
-        task = progress.add_task("starting", total=total)
-        started = 0
-
-        def on_case(case) -> None:
-            nonlocal started
-            progress.update(task, description=case.title, completed=started)
-            started += 1
-
-        def report(text: str) -> None:
-            progress.update(task, description=text)
-
-        rows = [row for case_rows in study(on_case, report) for row in case_rows]
-        progress.update(task, completed=total)
-    return rows
-
-
-MAX_LAYERS = 1024
-MAX_MODEL_SIZE = 2**20
-MAX_BATCH = 2**20
-_BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20}
-_BYTE_UNITS |= {"g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
-MIN_BUDGET, MAX_BUDGET = 2**20, 2**50  # 1 MiB .. 1 PiB
-
-
-def parse_bytes(text: str, option: str = "--memory-budget") -> int:
-    """ "4GiB", "512MiB", "1.5g", "1048576" -> bytes (binary units), within 1 MiB..1 PiB."""
-    import re
-
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", str(text))
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _BYTE_UNITS:
-        raise UsageError(f"{option}: cannot read {text!r} as an amount of memory (e.g. 4GiB)")
-    value = float(match.group(1)) * _BYTE_UNITS[unit]
-    if not MIN_BUDGET <= value <= MAX_BUDGET:
-        raise UsageError(f"{option}: {text.strip()} is not in 1MiB..1024TiB")
-    return int(value)
 
 
 @app.command("maps")

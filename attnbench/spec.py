@@ -313,3 +313,23 @@ def check_min_time(seconds: float) -> float:
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_MIN_TIME_S):
         raise UsageError(f"--min-time: must be 0..{MAX_MIN_TIME_S:.0f} seconds, got {seconds}")
     return seconds
+
+
+MAX_LAYERS = 1024
+MAX_MODEL_SIZE = 2**20
+MAX_BATCH = 2**20
+_BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20}
+_BYTE_UNITS |= {"g": 2**30, "gib": 2**30, "t": 2**40, "tib": 2**40}
+MIN_BUDGET, MAX_BUDGET = 2**20, 2**50  # 1 MiB .. 1 PiB
+
+
+def parse_bytes(text: str, option: str = "--memory-budget") -> int:
+    """ "4GiB", "512MiB", "1.5g", "1048576" -> bytes (binary units), within 1 MiB..1 PiB."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _BYTE_UNITS:
+        raise UsageError(f"{option}: cannot read {text!r} as an amount of memory (e.g. 4GiB)")
+    value = float(match.group(1)) * _BYTE_UNITS[unit]
+    if not MIN_BUDGET <= value <= MAX_BUDGET:
+        raise UsageError(f"{option}: {text.strip()} is not in 1MiB..1024TiB")
+    return int(value)

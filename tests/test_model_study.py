@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import attnbench.cli as cli
 from attnbench import runner
 from attnbench.backends import get_backend
+from attnbench.spec import parse_bytes
 from attnbench.studies import model as study
 
 TINY = study.ModelConfig(layers=1, width=16, hidden=32, heads=2, vocab=32)
@@ -187,9 +188,9 @@ def test_bad_options_exit_2_with_one_line(args, needle):
 
 
 def test_memory_budgets_read_in_binary_units():
-    assert cli.parse_bytes("4GiB") == 4 * 2**30
-    assert cli.parse_bytes("512MiB") == 512 * 2**20
-    assert cli.parse_bytes("1.5g") == 3 * 2**29
+    assert parse_bytes("4GiB") == 4 * 2**30
+    assert parse_bytes("512MiB") == 512 * 2**20
+    assert parse_bytes("1.5g") == 3 * 2**29
 
 
 def test_classify_names_the_cpu_allocator_failure_oom():
