@@ -203,7 +203,7 @@ def _status(row) -> str:
 
 
 def _interval(low, high) -> str:
-    """`3.16 – 3.21 ms`: both ends in the unit of the upper one."""
+    """Format LOW – HIGH UNIT, both ends in the unit of the upper one (s from 1000 ms up)."""
     if _missing(low) or _missing(high):
         return "–"
     unit, scale = ("s", 1000.0) if float(high) >= 1000 else ("ms", 1.0)
