@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from references import masked_softmax_attention
 
 import attnbench.backends.sparse as sparse  # registers sparse-strided and sparse-fixed
 from attnbench import get_backend
@@ -35,14 +36,7 @@ def pairs(pattern):
 
 def dense_oracle(q, k, v, allowed, mask=None):
     """float64 softmax over the allowed pairs, built without the backend's code."""
-    q, k, v = q.double(), k.double(), v.double()
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    allowed = allowed[None, None]
-    if mask is not None:
-        allowed = allowed & mask[:, None, None, :]
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
-    out = weights @ v
-    return out if mask is None else out * mask[:, None, :, None]
+    return masked_softmax_attention(q.double(), k.double(), v.double(), allowed, mask)
 
 
 def oracle_pattern(spec, n, grid):
