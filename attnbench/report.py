@@ -30,15 +30,17 @@ def report_for(name: str) -> str | None:
 
 
 def write_reports(plots: Path, out: Path) -> list[Path]:
-    """Write every report to `out`; returns the paths written."""
+    """Write every report to `out`; returns the paths written. All are rendered before any
+    is written, and each replaces its old file in one step, so a failure leaves no report
+    half-written."""
+    from attnbench.results import atomic_write
+
+    csvs = sorted(plots.glob("*.csv"))
+    texts = {out / report: render_report(report, csvs) for report in REPORTS}
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for report in REPORTS:
-        text = render_report(report, sorted(plots.glob("*.csv")))
-        path = out / report
-        path.write_text(text)
-        written.append(path)
-    return written
+    for path, text in texts.items():
+        atomic_write(path, text)
+    return list(texts)
 
 
 def render_report(report: str, csvs: list[Path]) -> str:
