@@ -359,13 +359,24 @@ def test_full_disk_in_a_run_is_one_error_line(tmp_path, monkeypatch):
 
 
 def test_deferred_interrupts_deliver_after_the_block():
-    before, reached = signal.getsignal(signal.SIGINT), []
-    with pytest.raises(KeyboardInterrupt):
-        with deferred_interrupts():
-            signal.raise_signal(signal.SIGINT)
-            reached.append("end of block")
-    assert reached == ["end of block"]
-    assert signal.getsignal(signal.SIGINT) == before
+    """The signal reaches the handler installed before the block, after the block's end.
+    The test installs that handler itself, so what earlier tests left installed is moot."""
+
+    def interrupted(signum, frame):
+        reached.append("handler")
+        raise KeyboardInterrupt
+
+    reached = []
+    outer = signal.signal(signal.SIGINT, interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with deferred_interrupts():
+                signal.raise_signal(signal.SIGINT)
+                reached.append("end of block")
+        assert reached == ["end of block", "handler"]
+        assert signal.getsignal(signal.SIGINT) is interrupted
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_sigterm_as_interrupt_raises_terminated_and_restores_the_handler():
