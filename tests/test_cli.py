@@ -248,6 +248,41 @@ def test_error_study_compares_backends_with_exact_softmax(tmp_path):
     assert set(yoso_e["metric"]) == VS_SOFTMAX and sorted(set(yoso_e["seq"])) == [16, 32]
 
 
+# the field's efficient attentions at sizes where each differs from softmax; linformer has
+# no dense map (its keys are mixtures of tokens), so no captured mass or TV
+FIELD_BACKENDS = {
+    "nystromformer:landmarks=8,conv=3": True,
+    "linformer:k=8": False,
+    "performer:features=16": True,
+    "reformer:bucket=8": True,
+    "longformer:window=8,global=1": True,
+    "yoso-c:m=8,conv=3": True,
+}
+
+
+def test_error_study_runs_every_field_backend_against_exact_softmax(tmp_path):
+    csv = tmp_path / "e.csv"
+    result = invoke(
+        "error", "--seq", "32", "--trials", "2", "--mc-seeds", "2", "--heads", "2", "--dim",
+        "8", "--backends", ",".join(FIELD_BACKENDS), "--csv", csv,
+    )  # fmt: skip
+    assert_ok(result)
+    df = pd.read_csv(csv)
+    assert (df["status"] == "ok").all()
+    for spec, has_map in FIELD_BACKENDS.items():
+        label = get_backend(spec).spec
+        mine = df[df["backend"] == label].set_index("metric")["value"]
+        map_metrics = {m for m in VS_SOFTMAX if m.startswith(("captured_mass", "tv"))}
+        expected = VS_SOFTMAX if has_map else VS_SOFTMAX - map_metrics
+        assert expected <= set(mine.index), (spec, sorted(mine.index))
+        assert has_map or not map_metrics & set(mine.index), spec
+        assert 1e-4 < mine["radian_vs_softmax"] < math.pi, spec  # an approximation, not a copy
+        assert 0 <= mine["rel_frobenius_vs_softmax"] and math.isfinite(mine["max_abs_vs_softmax"])
+        if has_map:
+            assert 0 < mine["captured_mass_vs_softmax"] <= 1 + 1e-9
+            assert 0 <= mine["tv_vs_softmax"] <= 1 + 1e-9
+
+
 def sample_count(text) -> int:
     """Samples in a CSV cell: a JSON list (schema 2) or space-separated (schema 1)."""
     text = str(text).strip()
