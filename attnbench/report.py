@@ -1,9 +1,10 @@
 """Markdown tables of the committed result files, so the docs' numbers come from the data.
 
 `write_reports(plots, out)` reads every result CSV in `plots` and writes one Markdown file per
-paper: `yoso-*.csv` and `cpu-time.csv` go to `yoso.md`, `scram-*.csv` to `scram.md`. The output
-depends only on the CSVs and their `.env.json` sidecars (no clock, no machine state), so a test
-can regenerate it and compare it byte for byte with the committed files.
+paper: `yoso-*.csv` and `cpu-time.csv` go to `yoso.md`, `scram-*.csv` to `scram.md`, and
+`field-*.csv` (the baselines side by side) to `field.md`. The output depends only on the CSVs
+and their `.env.json` sidecars (no clock, no machine state), so a test can regenerate it and
+compare it byte for byte with the committed files.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import pandas as pd
 
 from attnbench.results import read_rows
 
-REPORTS = {"yoso.md": ("yoso-", "cpu-time"), "scram.md": ("scram-",)}
-TITLES = {"yoso.md": "YOSO results", "scram.md": "SCRAM results"}
+REPORTS = {"yoso.md": ("yoso-", "cpu-time"), "scram.md": ("scram-",), "field.md": ("field-",)}
+TITLES = {
+    "yoso.md": "YOSO results",
+    "scram.md": "SCRAM results",
+    "field.md": "The field's efficient attentions",
+}
 BASELINE = "sdpa"
 
 
@@ -79,6 +84,8 @@ def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
     lines = [f"## {path.stem}", "", _setting(path, frame, study), ""]
     if study == "time":
         lines += markdown_table(*time_table(frame))
+    elif study == "model":
+        lines += markdown_table(*model_table(frame))
     else:
         lines += markdown_table(*error_table(frame))
     lines.append("")
@@ -161,6 +168,33 @@ def time_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bo
             ]
         )
     header = ["backend", _size_header(frame), "median", "p10 – p90", "vs sdpa", "peak MiB"]
+    return [*header, "status"], rows, [False, True, True, True, True, True, False]
+
+
+def model_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Rows of (backend, n, batch, time and peak memory per instance, step time, status):
+    a whole model's training cost (YOSO Fig. 7)."""
+    values = {
+        (r["backend"], int(r["seq"]), r["metric"]): r["value"]
+        for _, r in frame.iterrows()
+        if r["status"] == "ok"
+    }
+    rows = []
+    for _, row in frame[frame["metric"] == "time_per_instance_ms"].iterrows():
+        key = (row["backend"], int(row["seq"]))
+        batch = values.get((*key, "batch"))
+        rows.append(
+            [
+                f"`{row['backend']}`",
+                _size(row),
+                "–" if _missing(batch) else str(int(float(batch))),
+                _ms(values.get((*key, "time_per_instance_ms"))),
+                _num(values.get((*key, "peak_mib_per_instance"))),
+                _ms(values.get((*key, "step_ms"))),
+                _status(row),
+            ]
+        )
+    header = ["backend", "n", "batch", "time / instance", "peak MiB / instance", "step"]
     return [*header, "status"], rows, [False, True, True, True, True, True, False]
 
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_committed_reports_match_the_csvs(tmp_path):
     written = write_reports(ROOT / "plots", tmp_path)
-    assert [p.name for p in written] == ["yoso.md", "scram.md"]
+    assert [p.name for p in written] == ["yoso.md", "scram.md", "field.md"]
     for path in written:
         committed = ROOT / "docs" / "results" / path.name
         assert path.read_bytes() == committed.read_bytes(), (
@@ -25,6 +25,7 @@ def test_files_go_to_their_paper():
     assert report_for("yoso-fig8-clustered.csv") == "yoso.md"
     assert report_for("cpu-time.csv") == "yoso.md"
     assert report_for("scram-fig4.csv") == "scram.md"
+    assert report_for("field-pareto-time.csv") == "field.md"
     assert report_for("other.csv") is None
 
 
@@ -79,3 +80,20 @@ def test_a_truncated_result_file_is_an_error_not_skipped(tmp_path):
     result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "truncated" in result.output
+
+
+def test_synthetic_model_table(tmp_path):
+    base = dict(study="model", backend="yoso-32", seq=512, inputs="random", mode="train")
+    rows = [
+        dict(base, metric="time_per_instance_ms", value=125.0, status="ok"),
+        dict(base, metric="peak_mib_per_instance", value=40.5, status="ok"),
+        dict(base, metric="step_ms", value=1000.0, status="ok"),
+        dict(base, metric="batch", value=8, status="ok"),
+        dict(base, backend="softmax", metric="time_per_instance_ms", value=None,
+             status="oom", reason="out of memory at batch 1"),
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "yoso-fig7-x.csv", index=False)
+    text = render_report("yoso.md", sorted(tmp_path.glob("*.csv")))
+    assert "| backend | n | batch | time / instance | peak MiB / instance | step | status |" in text
+    assert "| `yoso-32` | 512 | 8 | 125 ms | 40.5 | 1 s | ok |" in text
+    assert "| `softmax` | 512 | – | – | – | – | oom (out of memory at batch 1) |" in text
