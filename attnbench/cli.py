@@ -588,6 +588,42 @@ def plot_cmd(
     console.print(f"wrote {out}")
 
 
+@app.command("pareto")
+def pareto_cmd(
+    time_file: Path = typer.Argument(..., help="a CSV or JSON written by time"),
+    error_file: Path = typer.Argument(..., help="a CSV or JSON written by error"),
+    seq: int = typer.Option(None, "--seq", help="the n compared (default: the largest in both)"),
+    metric: str = typer.Option(
+        "radian_vs_softmax", "--metric", help="the error drawn, e.g. rel_frobenius_vs_softmax"
+    ),
+    out: Path = typer.Option(None, "--out", "-o", help="figure path (default: none, table only)"),
+) -> None:
+    """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked."""
+    from attnbench.pareto import pareto_points, plot_pareto, render_table, unmatched
+    from attnbench.plots import PLOT_SUFFIXES
+    from attnbench.results import read_rows
+    from attnbench.spec import output_path
+
+    frames = []
+    for path in (time_file, error_file):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+        try:
+            frames.append(read_rows(path))
+        except (ValueError, KeyError, OSError) as exc:
+            raise UsageError(f"{path}: cannot read results ({exc})") from None
+    if out is not None:
+        out = output_path(out, "--out", PLOT_SUFFIXES)
+    points = pareto_points(*frames, seq=seq, metric=metric)
+    console.print(render_table(points, metric))
+    missing = unmatched(*frames, points)
+    if missing:
+        typer.echo(f"in one file only, not drawn: {', '.join(missing)}")
+    if out is not None:
+        plot_pareto(points, out, metric, _run_env(time_file))
+        console.print(f"wrote {out}")
+
+
 def _run_env(results: Path) -> dict | None:
     """The environment record of a result file: a CSV's .env.json sidecar, a JSON's "env"."""
     import json

@@ -1,0 +1,150 @@
+"""Quality vs cost: the Pareto front, matching a time file with an error file, the command.
+
+The end-to-end case runs real (tiny) time and error studies; nothing asserts on timings.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import attnbench.cli as cli
+from attnbench.errors import UsageError
+from attnbench.pareto import pareto_front, pareto_points
+
+runner = CliRunner()
+
+
+def dominated_by_brute_force(points, i) -> bool:
+    c, e = points[i]
+    return any(
+        (c2 <= c and e2 <= e) and (c2, e2) != (c, e) for j, (c2, e2) in enumerate(points) if j != i
+    )
+
+
+def test_front_of_a_known_set():
+    costs = [1.0, 2.0, 3.0, 4.0, 2.5]
+    errors = [0.9, 0.5, 0.6, 0.1, 0.5]
+    # 3.0 loses to 2.0 (faster, closer); 2.5 ties 2.0 on error but is slower
+    assert pareto_front(costs, errors) == [True, True, False, True, False]
+
+
+def test_front_matches_the_definition_on_random_points():
+    rng = random.Random(0)
+    for _ in range(50):
+        points = [(rng.choice([1, 2, 3, 4]), rng.choice([0.1, 0.2, 0.3])) for _ in range(7)]
+        front = pareto_front(*map(list, zip(*points, strict=True)))
+        assert front == [not dominated_by_brute_force(points, i) for i in range(len(points))]
+        assert any(front)
+
+
+def rows(study, metric, cases, **extra):
+    """Result rows: (backend, seq, value) per case, one metric, status ok."""
+    base = {"study": study, "metric": metric, "status": "ok", "batch": 1, "heads": 4, "dim": 64,
+            "inputs": "clustered", "device": "cpu", "mode": "fwd", "dtype": "float32",
+            "p10": None, "p90": None, "std": 0.0}  # fmt: skip
+    return pd.DataFrame(
+        [{**base, **extra, "backend": b, "seq": n, "value": v} for b, n, v in cases]
+    )
+
+
+TIMES = rows("time", "time_ms", [("a", 64, 1.0), ("b", 64, 2.0), ("c", 64, 3.0),
+                                 ("a", 128, 2.0), ("b", 128, 5.0), ("d", 128, 9.0)])  # fmt: skip
+ERRORS = rows("error", "radian_vs_softmax", [("a", 64, 0.5), ("b", 64, 0.1), ("c", 64, 0.2),
+                                             ("a", 128, 0.6), ("b", 128, 0.1)])  # fmt: skip
+
+
+def test_points_default_to_the_largest_shared_n_and_only_backends_in_both():
+    points = pareto_points(TIMES, ERRORS)
+    assert points["seq"].unique().tolist() == [128]
+    assert points["backend"].tolist() == ["a", "b"]  # d has no error row
+    assert points["front"].all()
+
+
+def test_points_at_a_given_n_mark_the_dominated_backend():
+    points = pareto_points(TIMES, ERRORS, seq=64).set_index("backend")
+    assert points["time_ms"].to_dict() == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert points["error"].to_dict() == {"a": 0.5, "b": 0.1, "c": 0.2}
+    assert points["front"].to_dict() == {"a": True, "b": True, "c": False}
+
+
+def test_cases_with_other_heads_do_not_match():
+    other = rows("error", "radian_vs_softmax", [("a", 64, 0.5)], heads=2)
+    with pytest.raises(UsageError, match="same batch, heads and dim"):
+        pareto_points(TIMES, other, seq=64)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"seq": 256}, "not in both files"),
+        ({"metric": "captured_mass_vs_softmax"}, "lower is closer"),
+        ({"metric": "radian"}, "lower is closer"),
+        ({"metric": "tv_vs_softmax"}, "no successful tv_vs_softmax rows"),
+    ],
+)
+def test_refuses_what_it_cannot_draw(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        pareto_points(TIMES, ERRORS, **kwargs)
+
+
+def test_refuses_several_cases_of_one_backend():
+    twice = pd.concat([TIMES, TIMES.assign(mode="fwdbwd")])
+    with pytest.raises(UsageError, match="several cases of"):
+        pareto_points(twice, ERRORS, seq=64)
+
+
+BACKENDS = "softmax,yoso-8,performer:features=8,longformer:window=4,linformer:k=8"
+SMALL = ["--heads", "1", "--dim", "8", "--inputs", "clustered", "--backends", BACKENDS]
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pareto")
+    time_csv, error_csv = tmp / "t.csv", tmp / "e.csv"
+    for args in (
+        ["time", "--seq", "16,32", "--repeats", "2", "--min-time", "0", "--warmup", "1",
+         "--csv", time_csv],
+        ["error", "--seq", "32", "--trials", "2", "--mc-seeds", "2", "--csv", error_csv],
+    ):  # fmt: skip
+        result = runner.invoke(cli.app, [str(a) for a in args + SMALL])
+        assert result.exit_code == 0, result.output
+    return time_csv, error_csv
+
+
+def test_pareto_command_draws_every_backend_in_both_files(studies, tmp_path):
+    time_csv, error_csv = studies
+    png = tmp_path / "p.png"
+    result = runner.invoke(cli.app, ["pareto", str(time_csv), str(error_csv), "-o", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert "n=32" in result.output
+    for label in ("softmax", "yoso-8", "performer", "longformer", "linformer"):
+        assert label in result.output
+    points = pareto_points(pd.read_csv(time_csv), pd.read_csv(error_csv))
+    assert len(points) == 5
+    exact = points.set_index("backend").loc["softmax", "error"]
+    assert exact < 1e-5 and points["error"].max() > 0.01  # the approximations do differ
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.csv", "{e}"], "no such file"),
+        (["{t}", "{e}", "--seq", "16"], "not in both files"),
+        (["{t}", "{e}", "--metric", "captured_mass_vs_softmax"], "lower is closer"),
+        (["{t}", "{e}", "-o", "p.txt"], "p.txt"),
+    ],
+)
+def test_pareto_mistakes_are_one_line_errors(studies, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    time_csv, error_csv = studies
+    argv = [a.format(t=time_csv, e=error_csv) for a in args]
+    result = runner.invoke(cli.app, ["pareto", *argv])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+    assert list(tmp_path.iterdir()) == []
