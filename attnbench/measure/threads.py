@@ -9,6 +9,9 @@ def set_threads(threads: int | None) -> int:
     import numba
     import torch
 
+    # numba's OpenMP pool resets OpenMP's thread count, torch's too, when it starts: start it
+    # before setting torch's count
+    numba.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
