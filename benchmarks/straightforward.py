@@ -1,7 +1,7 @@
 """Each new backend against the straightforward torch code of the same method: the acceptance
 criterion is that no backend is slower than its plain version by more than MAX_RATIO.
 
-    python benchmarks/straightforward.py --seq 4096 --seq 16384 --csv plots/straightforward-cpu.csv
+    python benchmarks/straightforward.py --csv plots/field-straightforward-cpu.csv
 
 The plain versions below are the obvious vectorised code a researcher would write from each
 paper or its authors' released code: plain matmuls and softmax, gathers, Longformer's
