@@ -41,6 +41,11 @@ from attnbench.backends.masking import zero_masked_rows
 from attnbench.backends.registry import MAX_SEED_PARAM, Backend, int_param, register
 from attnbench.backends.resampling import Resampling, resample_param
 
+# Projections are hashed a block of tokens at a time, at most this many floats per block: the
+# projection [B, H, R, n, n_buckets/2] grows as n^2 and is read twice (max and min), so a
+# block that stays in cache keeps the hash's cost at its multiply-adds.
+HASH_BLOCK = 1 << 20
+
 
 def layout(n: int, bucket: int) -> tuple[int, int, int]:
     """(n_pad, chunks, n_buckets) of n tokens with chunk length `bucket` (module doc)."""
@@ -55,6 +60,27 @@ def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     n, e = x.shape[-2:]
     base = torch.arange(g, device=idx.device).mul_(n).view(g, 1, 1)
     return x.reshape(g * n, e).index_select(0, (idx + base).view(-1)).view(g, r, m, e)
+
+
+def _codes(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """Buckets [B, H, R, n] of tokens x [B, H, n, d] under rotations rot [H, R, d, nb/2]:
+    the argmax over [xR ; -xR] (first index on ties), without building the concatenation."""
+    proj = torch.einsum("bhnd,hrdk->bhrnk", x, rot)
+    top, up = proj.max(-1)
+    low, down = proj.min(-1)
+    return torch.where(top >= -low, up, down + rot.shape[-1])
+
+
+def _allowed(ok: torch.Tensor, c: int, chunks: int) -> torch.Tensor:
+    """Which keys each sorted query may use [G, R, chunks, c, 2c], from the window keys'
+    validity ok [G, R, chunks, 2c]: every valid key but itself, and itself only when no other
+    valid key is there (never an empty row). In sorted order query j of a chunk is key j of
+    its window, and also key c + j when the only chunk is its own previous one."""
+    is_self = torch.eye(c, dtype=torch.bool, device=ok.device).repeat(1, 2)
+    if chunks > 1:
+        is_self[:, c:] = False
+    others = ok.sum(-1, keepdim=True) - ok[..., :c] * (1 if chunks > 1 else 2)
+    return torch.where(is_self, (others == 0).unsqueeze(-1), ok.unsqueeze(-2))
 
 
 def _window(x: torch.Tensor) -> torch.Tensor:
@@ -98,11 +124,9 @@ class Reformer(Resampling, Backend):
         n_pad, _, n_buckets = layout(n, self.values["bucket"])
         rot = self.rotations(h, d, n_buckets, q.device, call)
         with torch.no_grad():
-            proj = torch.einsum("bhnd,hrdk->bhrnk", q.float(), rot)
-            # argmax over [proj, -proj] (first index on ties), without building it
-            top, up = proj.max(-1)
-            low, down = proj.min(-1)
-            codes = torch.where(top >= -low, up, down + n_buckets // 2)  # [B, H, R, n]
+            x = q.float()
+            step = max(1, HASH_BLOCK // (b * h * rot.shape[1] * rot.shape[-1]))
+            codes = torch.cat([_codes(x[:, :, i : i + step], rot) for i in range(0, n, step)], -1)
             if mask is not None:
                 codes = codes.masked_fill(~mask[:, None, None, :], n_buckets)
             return F.pad(codes, (0, n_pad - n), value=n_buckets)
@@ -136,12 +160,9 @@ class Reformer(Resampling, Backend):
         ok = _gather_rows(valid, keys).unflatten(2, (chunks, 2 * c))[..., 0]
 
         scores = qs @ ks.transpose(-1, -2)  # [G, R, chunks, c, 2c], scaled by 1/sqrt(d)
-        is_self = pos_q.unsqueeze(-1) == pos_k.unsqueeze(-2)
-        other = ok.unsqueeze(-2) & ~is_self
-        allowed = other | (is_self & ~other.any(-1, keepdim=True))  # never an empty row
-        scores = scores.masked_fill(~allowed, torch.finfo(dtype).min)
+        scores.masked_fill_(~_allowed(ok, c, chunks), torch.finfo(dtype).min)
         lse = scores.logsumexp(-1, keepdim=True)
-        weights = torch.exp(scores - lse)
+        weights = torch.softmax(scores, -1)
         out = (weights @ vs).flatten(2, 3)  # sorted order [G, R, n_pad, dv]
         out = out.gather(2, undo.unsqueeze(-1).expand_as(out))
         lse = lse.flatten(2, 4).gather(2, undo)
