@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from attnbench.results import read_rows
@@ -84,6 +85,10 @@ def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
     lines = [f"## {path.stem}", "", _setting(path, frame, study), ""]
     if study == "time":
         lines += markdown_table(*time_table(frame))
+        growth = growth_table(frame)
+        if growth[1]:
+            lines += ["", GROWTH_NOTE, ""]
+            lines += markdown_table(*growth)
     elif study == "model":
         lines += markdown_table(*model_table(frame))
     else:
@@ -169,6 +174,29 @@ def time_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bo
         )
     header = ["backend", _size_header(frame), "median", "p10 – p90", "vs sdpa", "peak MiB"]
     return [*header, "status"], rows, [False, True, True, True, True, True, False]
+
+
+GROWTH_NOTE = (
+    "Growth: the exponent b of time ∝ n^b, the least-squares slope of log median time"
+    " against log n over the lengths that ran."
+)
+
+
+def growth_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Rows of (backend, inputs, n range, lengths, fitted exponent) for every backend timed at
+    two or more lengths: how its cost grows, read from the same run as the table above."""
+    times = frame[(frame["metric"] == "time_ms") & (frame["status"] == "ok")]
+    rows = []
+    for (backend, inputs), group in times.groupby(["backend", "inputs"], sort=False):
+        seq = group["seq"].astype(float).to_numpy()
+        if len(set(seq)) < 2:
+            continue
+        slope = np.polyfit(np.log(seq), np.log(group["value"].astype(float).to_numpy()), 1)[0]
+        span = f"{int(seq.min())} – {int(seq.max())}"
+        kind = _inputs_kind(str(inputs))
+        rows.append([f"`{backend}`", kind, span, str(len(seq)), f"{slope:.2f}"])
+    header = ["backend", "inputs", "n", "lengths", "exponent"]
+    return header, rows, [False, False, True, True, True]
 
 
 def model_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:

@@ -53,6 +53,20 @@ def test_synthetic_time_table(tmp_path):
     assert render_report("scram.md", sorted(tmp_path.glob("*.csv"))).count("|") == 0
 
 
+def test_growth_exponent_is_the_log_log_slope_of_the_lengths_that_ran(tmp_path):
+    rows = []
+    for n in (256, 1024, 4096):
+        rows += _time_rows(n, "quadratic", 1e-4 * n**2)
+        rows += _time_rows(n, "linear", 0.5 * n * (1.2 if n == 1024 else 1.0))
+    rows += _time_rows(16384, "quadratic", float("nan"), "oom", "out of memory")
+    rows += _time_rows(256, "once", 3.0)
+    pd.DataFrame(rows).to_csv(tmp_path / "field-grow.csv", index=False)
+    text = render_report("field.md", [tmp_path / "field-grow.csv"])
+    assert "| `quadratic` | random | 256 – 4096 | 3 | 2.00 |" in text  # the oom row is left out
+    assert "| `linear` | random | 256 – 4096 | 3 | 1.00 |" in text  # a middle bump tilts nothing
+    assert "| `once` | random |" not in text  # one length: no growth to fit
+
+
 def test_synthetic_error_table_and_cli(tmp_path):
     plots = tmp_path / "plots"
     plots.mkdir()
