@@ -574,17 +574,12 @@ def plot_cmd(
 ) -> None:
     """Redraw a study's figure from a saved result file."""
     from attnbench.plots import PLOT_SUFFIXES, plot_results
-    from attnbench.results import read_rows
     from attnbench.spec import output_path
 
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
     out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
-    try:
-        frame = read_rows(results)
-    except (ValueError, KeyError, OSError) as exc:
-        raise UsageError(f"{results}: cannot read results ({exc})") from None
-    plot_results(frame, out, _run_env(results))
+    plot_results(_read_results(results), out, _run_env(results))
     console.print(f"wrote {out}")
 
 
@@ -601,17 +596,12 @@ def pareto_cmd(
     """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked."""
     from attnbench.pareto import pareto_points, plot_pareto, render_table, unmatched
     from attnbench.plots import PLOT_SUFFIXES
-    from attnbench.results import read_rows
     from attnbench.spec import output_path
 
-    frames = []
     for path in (time_file, error_file):
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
-        try:
-            frames.append(read_rows(path))
-        except (ValueError, KeyError, OSError) as exc:
-            raise UsageError(f"{path}: cannot read results ({exc})") from None
+    frames = [_read_results(path) for path in (time_file, error_file)]
     if out is not None:
         out = output_path(out, "--out", PLOT_SUFFIXES)
     points = pareto_points(*frames, seq=seq, metric=metric)
@@ -622,6 +612,16 @@ def pareto_cmd(
     if out is not None:
         plot_pareto(points, out, metric, _run_env(time_file))
         console.print(f"wrote {out}")
+
+
+def _read_results(path: Path):
+    """The rows of a result file; UsageError naming the file if it cannot be read."""
+    from attnbench.results import read_rows
+
+    try:
+        return read_rows(path)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UsageError(f"{path}: cannot read results ({exc})") from None
 
 
 def _run_env(results: Path) -> dict | None:
@@ -668,7 +668,7 @@ def report_cmd(
     plots: Path = typer.Option(Path("plots"), "--plots", help="folder of result CSVs"),
     out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="folder to write into"),
 ) -> None:
-    """Write Markdown tables of the result CSVs (yoso.md, scram.md) for the docs."""
+    """Write Markdown tables of the result CSVs (yoso.md, scram.md, field.md) for the docs."""
     from attnbench.report import write_reports
 
     if not plots.is_dir():
