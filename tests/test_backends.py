@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from attnbench import get_backend
 from attnbench.inputs import clustered_qkv
-from attnbench.metrics import mean_radian
+from attnbench.measure.metrics import mean_radian
 
 
 def qkv(b=2, h=3, n=17, d=8, seed=0, dv=None):

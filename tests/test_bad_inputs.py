@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
+import attnbench.cli.core as cli
 
 runner = CliRunner()
 

@@ -22,14 +22,14 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
-import attnbench.results as results_module
-import attnbench.runner as runner_module
+import attnbench.cli.core as cli
+import attnbench.results.sink as results_module
+import attnbench.run.runner as runner_module
 import attnbench.studies.time as time_study
 from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
-from attnbench.metrics import mean_radian
-from attnbench.results import COLUMNS
+from attnbench.measure.metrics import mean_radian
+from attnbench.results.sink import COLUMNS
 from attnbench.studies.exact import exact_softmax
 
 runner = CliRunner()
@@ -309,7 +309,7 @@ def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, source, out):
 def test_plot_hands_the_run_environment_to_the_figure(time_run, tmp_path, monkeypatch, source):
     """The subtitle's device and threads come from the run's record for files whose rows
     lack them: a CSV's .env.json sidecar, a JSON's "env"."""
-    import attnbench.plots as plots
+    import attnbench.views.plots as plots
 
     _, run_dir, _ = time_run
     for name in ("r.csv", "r.env.json", "r.json"):
@@ -507,7 +507,7 @@ def workdir(tmp_path, monkeypatch):
             return False
         return real_access(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr("attnbench.spec.os.access", access)
+    monkeypatch.setattr("attnbench.cli.parse.os.access", access)
     return tmp_path
 
 
@@ -626,7 +626,7 @@ def test_interrupt_says_so_on_stderr(tmp_path, monkeypatch):
 
 
 class _OsWithHalfWrites:
-    """`os` as seen by attnbench.results, whose CSV writes stop halfway at a chosen row count."""
+    """`os` as seen by attnbench.results.sink: CSV writes stop halfway at a chosen row count."""
 
     def __init__(self, interrupt_at_rows: int):
         self.interrupt_at_rows = interrupt_at_rows

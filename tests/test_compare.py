@@ -13,15 +13,15 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
-from attnbench.compare import (
+import attnbench.cli.core as cli
+from attnbench.errors import UsageError
+from attnbench.results.sink import Row, rows_frame
+from attnbench.views.compare import (
     compare_files,
     parse_samples,
     parse_threshold,
     ratio_interval,
 )
-from attnbench.errors import UsageError
-from attnbench.results import Row, rows_frame
 
 runner = CliRunner()
 SEQS = (256, 512, 1024)

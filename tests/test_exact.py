@@ -4,14 +4,16 @@ the dense computation, and what cannot fit in memory is skipped, not run."""
 import pytest
 import torch
 
-from attnbench import get_backend, rowblocks, runner
+from attnbench import get_backend
+from attnbench.backends import rowblocks
 from attnbench.backends.registry import Backend
 from attnbench.backends.softmax import softmax_weights
 from attnbench.backends.sparse import SparseStrided
-from attnbench.images import grid_qkv
 from attnbench.inputs import Inputs
+from attnbench.inputs.images import grid_qkv
 from attnbench.kernels.patchmatch import reference
-from attnbench.metrics import argmax_hit_rate, map_metrics, recall_at_k
+from attnbench.measure.metrics import argmax_hit_rate, map_metrics, recall_at_k
+from attnbench.run import runner
 from attnbench.studies import error
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.exact import by_rows, exact_softmax, row_blocks

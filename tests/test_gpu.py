@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnbench import get_backend
-from attnbench.images import grid_qkv
+from attnbench.inputs.images import grid_qkv
 from attnbench.kernels.patchmatch import dispatch, reference
-from attnbench.metrics import argmax_hit_rate
+from attnbench.measure.metrics import argmax_hit_rate
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnbench.errors import UsageError
-from attnbench.images import IMAGES, grid_qkv, load_image, patch_features
+from attnbench.inputs.images import IMAGES, grid_qkv, load_image, patch_features
 
 
 @pytest.mark.parametrize("name", IMAGES)
@@ -64,7 +64,7 @@ def test_svd_inputs_are_the_rank_4_factors_of_the_image():
     """SCRAM Fig. 2: n = 128 tokens, q k^T is the image's best rank-4 approximation."""
     import numpy as np
 
-    from attnbench.images import load_image
+    from attnbench.inputs.images import load_image
 
     q, k, v = grid_qkv("svd:camera", 1, 128, d=4)
     assert q.shape == k.shape == (1, 1, 128, 4) and v.shape == (1, 1, 128, 3)
@@ -91,7 +91,7 @@ def test_svd_inputs_refuse_a_large_grid_and_an_unknown_image():
 def test_three_blobs_keys_hold_three_blobs_and_the_query_sees_all_three():
     """SCRAM Fig. 3: the key image has three separate maxima of unequal strength; the
     softmax map of q_{4,5} peaks at the strongest one."""
-    from attnbench.images import BLOBS3
+    from attnbench.inputs.images import BLOBS3
 
     h = w = 32
     q, k, _ = grid_qkv("three-blobs", h, w, d=4)

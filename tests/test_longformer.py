@@ -7,7 +7,7 @@ import torch
 from references import masked_softmax_attention
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
+import attnbench.cli.core as cli
 from attnbench import get_backend
 from attnbench.errors import UsageError
 

@@ -4,7 +4,7 @@ import torch
 
 from attnbench import get_backend
 from attnbench.backends.softmax import softmax_weights
-from attnbench.metrics import (
+from attnbench.measure.metrics import (
     argmax_hit_rate,
     captured_mass,
     map_metrics,

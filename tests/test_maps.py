@@ -77,7 +77,7 @@ def test_figure_inputs_draw_maps(source, grid):
 
 
 def test_map_panels_share_one_colour_scale_and_a_labelled_bar(tmp_path, monkeypatch):
-    from attnbench import plots
+    from attnbench.views import plots
 
     saved = {}
     monkeypatch.setattr(plots, "_atomic_save", lambda fig, path: saved.setdefault("fig", fig))

@@ -12,8 +12,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
-import attnbench.models as models
+import attnbench.cli.core as cli
+import attnbench.inputs.models as models
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 
@@ -89,7 +89,7 @@ def stand_in(tmp_path, monkeypatch):
 
 def dense_reference(weights, ids, layer):
     """Q, K, V of `layer` through torch's own post-norm TransformerEncoderLayer with GELU,
-    loaded with the same weights: a forward written independently of attnbench.models."""
+    loaded with the same weights: a forward written independently of attnbench.inputs.models."""
     w = weights
     x = (
         w["embeddings.word_embeddings.weight"][ids]

@@ -12,10 +12,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
-from attnbench import runner
+import attnbench.cli.core as cli
 from attnbench.backends import get_backend
-from attnbench.spec import parse_bytes
+from attnbench.cli.parse import parse_bytes
+from attnbench.run import runner
 from attnbench.studies import model as study
 
 TINY = study.ModelConfig(layers=1, width=16, hidden=32, heads=2, vocab=32)

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
+import attnbench.cli.core as cli
 from attnbench.errors import UsageError
-from attnbench.pareto import pareto_front, pareto_points
+from attnbench.views.pareto import pareto_front, pareto_points
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
+import attnbench.cli.core as cli
 from attnbench import get_backend
 from attnbench.backends.performer import favor_features, orthogonal_gaussian
 

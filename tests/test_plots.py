@@ -5,8 +5,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-from attnbench.plots import PLOT_SUFFIXES, _case_parts, _error_figure, _ok_rows, plot_results
-from attnbench.results import Row, read_rows, rows_frame
+from attnbench.results.sink import Row, read_rows, rows_frame
+from attnbench.views.plots import PLOT_SUFFIXES, _case_parts, _error_figure, _ok_rows, plot_results
 
 SEQS = (256, 512, 1024)
 
@@ -152,7 +152,7 @@ def test_study_without_plottable_metric(tmp_path):
 
 
 def test_legend_uses_the_registry_short_label():
-    from attnbench.plots import _short_labels
+    from attnbench.views.plots import _short_labels
 
     spec = "yoso:m=32,tau=8,seed=0,hash=auto,resample=call,impl=numba,backward=lsh"
     labels, _ = _short_labels([spec, "sdpa", "not-a-backend:x=1"])
@@ -177,7 +177,7 @@ def test_grid_inputs_in_the_title_without_their_size(inputs, title):
 
 def _figure_of(monkeypatch, tmp_path, rows, env=None):
     """The figure plot_results would save, kept open for inspection."""
-    import attnbench.plots as plots
+    import attnbench.views.plots as plots
 
     saved = {}
     monkeypatch.setattr(plots, "_atomic_save", lambda fig, path: saved.setdefault("fig", fig))
@@ -246,7 +246,7 @@ def test_time_table_shows_the_mean_of_the_kept_samples_beside_the_median():
     from rich.console import Console
 
     from attnbench import get_backend
-    from attnbench.tables import time_table
+    from attnbench.views.tables import time_table
 
     row = _row("time", "sdpa", 256, "time_ms", 2.0, p10=1.0, p90=6.0, samples=[1.0, 2.0, 6.0])
     console = Console(width=200, record=True)

@@ -6,7 +6,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.report import render_report, report_for, write_reports
+from attnbench.views.report import render_report, report_for, write_reports
 
 ROOT = Path(__file__).resolve().parent.parent
 

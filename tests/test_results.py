@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
-from attnbench.results import (
+import attnbench.cli.core as cli
+from attnbench.results.sink import (
     COLUMNS,
     SCHEMA_VERSION,
     ResultSink,

@@ -14,16 +14,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import runner
 from attnbench.backends import get_backend
 from attnbench.backends.registry import Backend
-from attnbench.case import Case
 from attnbench.cli import app
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.measure import memory
-from attnbench.results import record
-from attnbench.runner import CaseInputs, InProcess, Isolated, Measure, case_row
+from attnbench.results.sink import record
+from attnbench.run import runner
+from attnbench.run.case import Case
+from attnbench.run.runner import CaseInputs, InProcess, Isolated, Measure, case_row
 
 SEEN: list[str] = []  # cases a measurement ran in this process
 

@@ -10,9 +10,9 @@ from attnbench.backends.scram import candidate_mask
 from attnbench.backends.softmax import softmax_weights
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.images import grid_qkv
+from attnbench.inputs.images import grid_qkv
 from attnbench.kernels.patchmatch import reference
-from attnbench.metrics import argmax_hit_rate
+from attnbench.measure.metrics import argmax_hit_rate
 
 
 def test_covering_every_key_equals_dense_softmax():

@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
-import attnbench.results as results
+import attnbench.cli.core as cli
+import attnbench.results.sink as results
+from attnbench.cli.parse import HIDDEN_NAME_ROOM, writable_file
 from attnbench.errors import UsageError
-from attnbench.interrupts import Terminated, deferred_interrupts, sigterm_as_interrupt
-from attnbench.results import ResultSink, Row, fingerprint, read_rows
-from attnbench.spec import HIDDEN_NAME_ROOM, writable_file
+from attnbench.results.interrupts import Terminated, deferred_interrupts, sigterm_as_interrupt
+from attnbench.results.sink import ResultSink, Row, fingerprint, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("time_ms", "first_call_ms", "peak_mib")
@@ -49,7 +49,7 @@ SWEEP = """
 import sys
 from pathlib import Path
 
-from attnbench.results import ResultSink, Row
+from attnbench.results.sink import ResultSink, Row
 
 
 def case_rows(i, status="ok"):
@@ -85,7 +85,7 @@ HOLD = """
 import sys
 from pathlib import Path
 
-from attnbench.results import ResultSink
+from attnbench.results.sink import ResultSink
 
 with ResultSink({"command": "attnbench time --holder"}, Path(sys.argv[1])):
     print("ready", flush=True)
@@ -277,7 +277,7 @@ def test_leftover_temp_files_of_a_killed_run_are_removed(tmp_path):
 
 
 class _OsFailingWrites:
-    """`os` as seen by attnbench.results: the temp file write number `fail_at` (0: the CSV,
+    """`os` as seen by attnbench.results.sink: the temp file write number `fail_at` (0: the CSV,
     1: the JSON of a commit) fails halfway with OSError `code`."""
 
     def __init__(self, code: int, fail_at: int):
@@ -388,7 +388,7 @@ def test_sigterm_as_interrupt_raises_terminated_and_restores_the_handler():
 
 
 class _OsSignallingOnReplace:
-    """`os` as seen by attnbench.results: SIGTERM arrives during the first rename."""
+    """`os` as seen by attnbench.results.sink: SIGTERM arrives during the first rename."""
 
     def __init__(self):
         self.replaced = []
@@ -554,7 +554,7 @@ def good_csv(tmp_path):
 def test_bad_output_paths_fail_before_any_work(tmp_path, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.env.json").mkdir()
-    monkeypatch.setattr("attnbench.results.ResultSink", None)  # any work would fail otherwise
+    monkeypatch.setattr("attnbench.results.sink.ResultSink", None)  # any work would fail otherwise
     one_error_line([*TIME, *args], needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.env.json"]
 
@@ -565,7 +565,7 @@ def test_maps_and_plot_outputs_are_probed(good_csv):
 
 
 def test_the_probe_catches_what_os_access_allows(tmp_path, monkeypatch):
-    monkeypatch.setattr("attnbench.spec.os.access", lambda *args, **kwargs: True)  # as root
+    monkeypatch.setattr("attnbench.cli.parse.os.access", lambda *args, **kwargs: True)  # as root
     line = one_error_line([*TIME, "--csv", "/proc/x.csv"], "--csv")
     assert "cannot create files in /proc" in line
 

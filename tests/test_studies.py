@@ -6,7 +6,7 @@ import torch
 from attnbench import get_backend
 from attnbench.backends import Backend
 from attnbench.inputs import Inputs
-from attnbench.metrics import mean_radian
+from attnbench.measure.metrics import mean_radian
 from attnbench.studies.error import ErrorSpec, run_error
 from attnbench.studies.time import TimeSpec, run_time
 

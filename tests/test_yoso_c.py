@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-import attnbench.cli as cli
+import attnbench.cli.core as cli
 from attnbench import get_backend
 from attnbench.backends.yoso_c import conv_weights
 from attnbench.errors import UsageError

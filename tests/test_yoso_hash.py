@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from attnbench import get_backend
 from attnbench.backends.yoso import FAST_MIN_DIM, hash_kind
 from attnbench.inputs import clustered_qkv
-from attnbench.metrics import mean_radian
+from attnbench.measure.metrics import mean_radian
 
 
 def pairs_at_angles(d, count, seed=0):

@@ -20,7 +20,7 @@ from attnbench.errors import UsageError
 from attnbench.measure import is_cuda
 
 if TYPE_CHECKING:
-    from attnbench.case import Case
+    from attnbench.run.case import Case
 
 ENTRY_POINT_GROUP = "attnbench.backends"
 

@@ -20,12 +20,12 @@ from attnbench.backends.registry import (
     register,
     token_grid,
 )
+from attnbench.backends.rowblocks import by_rows
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch import dispatch, reference
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 from attnbench.kernels.target import device_target
-from attnbench.metrics import argmax_hit_rate, recall_at_k
-from attnbench.rowblocks import by_rows
+from attnbench.measure.metrics import argmax_hit_rate, recall_at_k
 
 MAX_ITERATIONS = 1024  # PatchMatch settles within a few; more is a typo, not a study
 

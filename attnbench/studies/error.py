@@ -24,13 +24,12 @@ from functools import partial
 import numpy as np
 import torch
 
-from attnbench import runner
 from attnbench.backends import Backend, get_backend
+from attnbench.backends.rowblocks import by_rows, planes_of, row_blocks
 from attnbench.backends.softmax import softmax_weights
-from attnbench.case import Case
 from attnbench.inputs import Inputs
 from attnbench.measure.memory import available_bytes
-from attnbench.metrics import (
+from attnbench.measure.metrics import (
     captured_mass,
     map_summary,
     max_abs,
@@ -38,9 +37,10 @@ from attnbench.metrics import (
     rel_frobenius,
     total_variation,
 )
-from attnbench.results import Row
-from attnbench.rowblocks import by_rows, planes_of, row_blocks
-from attnbench.runner import HEADROOM, Measure, case_row, no_room
+from attnbench.results.sink import Row
+from attnbench.run import runner
+from attnbench.run.case import Case
+from attnbench.run.runner import HEADROOM, Measure, case_row, no_room
 from attnbench.studies.exact import exact_softmax
 
 # Bytes per entry of a backend's whole dense map while it is built (weights, scores and a

@@ -1,12 +1,12 @@
 """Exact float64 references for the error study, a block of query rows at a time
-(see `attnbench.rowblocks` for why blocks)."""
+(see `attnbench.backends.rowblocks` for why blocks)."""
 
 from __future__ import annotations
 
 import torch
 
+from attnbench.backends.rowblocks import BLOCK_BYTES, by_rows, planes_of, row_blocks
 from attnbench.backends.softmax import softmax_weights
-from attnbench.rowblocks import BLOCK_BYTES, by_rows, planes_of, row_blocks
 
 __all__ = ["BLOCK_BYTES", "by_rows", "exact_softmax", "planes_of", "row_blocks"]
 

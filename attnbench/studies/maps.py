@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
-from attnbench import runner
 from attnbench.backends import Backend
-from attnbench.case import Case
 from attnbench.errors import UsageError
-from attnbench.images import FigureInputs, is_figure_source
 from attnbench.inputs import Inputs
-from attnbench.results import Row
-from attnbench.runner import Measure
+from attnbench.inputs.images import FigureInputs, is_figure_source
+from attnbench.results.sink import Row
+from attnbench.run import runner
+from attnbench.run.case import Case
+from attnbench.run.runner import Measure
 
 MAX_TOKENS = 4096  # dense maps are n x n
 

@@ -33,14 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbench import runner
 from attnbench.backends import Backend
-from attnbench.case import Case
 from attnbench.inputs import Inputs
 from attnbench.measure import is_cuda
 from attnbench.measure.memory import available_bytes, peak_memory
-from attnbench.results import Row
-from attnbench.runner import Measure, case_row
+from attnbench.results.sink import Row
+from attnbench.run import runner
+from attnbench.run.case import Case
+from attnbench.run.runner import Measure, case_row
 
 MIB = 1024 * 1024
 MODE = "train"  # forward, loss, backward, optimizer step: backends need a backward

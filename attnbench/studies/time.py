@@ -16,16 +16,16 @@ from functools import partial
 
 import torch
 
-from attnbench import runner
 from attnbench.backends import Backend
-from attnbench.case import MODES, Case
 from attnbench.inputs import Inputs
 from attnbench.measure import conditions
 from attnbench.measure.memory import peak_memory
 from attnbench.measure.telemetry import GpuTelemetry
 from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, time_call
-from attnbench.results import Row
-from attnbench.runner import Measure, case_row
+from attnbench.results.sink import Row
+from attnbench.run import runner
+from attnbench.run.case import MODES, Case
+from attnbench.run.runner import Measure, case_row
 
 __all__ = ["MODES", "TIME", "TimeSpec", "measure", "run_time"]
 MIB = 1024 * 1024

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from attnbench.cli.parse import parse_fraction
 from attnbench.errors import UsageError
-from attnbench.results import read_rows
-from attnbench.spec import parse_fraction
+from attnbench.results.sink import read_rows
 
 METRICS = ("time_ms",)  # first_call_ms has one sample and peak_mib is not a time
 CASE_KEY = ("backend", "device", "dtype", "mode", "inputs", "batch", "heads", "seq", "dim")

@@ -174,7 +174,7 @@ def check_inputs_fit(
     what the study repeats an image over; `dtype` defaults to float32."""
     import torch
 
-    from attnbench.images import build_bytes, check_resize
+    from attnbench.inputs.images import build_bytes, check_resize
     from attnbench.measure.memory import available_bytes
 
     dtype = dtype or torch.float32

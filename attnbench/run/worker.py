@@ -1,5 +1,5 @@
 """Runs one case in this fresh process for `runner.Isolated`:
-`python -m attnbench.worker CASE.pkl ROWS.json`. The case, its measurement, the thread count
+`python -m attnbench.run.worker CASE.pkl ROWS.json`. The case, its measurement, the thread count
 and the allocator choice come pickled; the rows go back as JSON. Only a crash of the process
 itself leaves no rows file."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 def main(job: str, out: str) -> None:
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.threads import set_threads
-    from attnbench.runner import CaseInputs, rows_to_json, run_case
+    from attnbench.run.runner import CaseInputs, rows_to_json, run_case
 
     case, measure, threads, steady = pickle.loads(Path(job).read_bytes())
     if steady:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.results import read_rows
+from attnbench.results.sink import read_rows
 
 REPORTS = {"yoso.md": ("yoso-", "cpu-time"), "scram.md": ("scram-",), "field.md": ("field-",)}
 TITLES = {
@@ -39,7 +39,7 @@ def write_reports(plots: Path, out: Path) -> list[Path]:
     """Write every report to `out`; returns the paths written. All are rendered before any
     is written, and each replaces its old file in one step, so a failure leaves no report
     half-written."""
-    from attnbench.results import atomic_write
+    from attnbench.results.sink import atomic_write
 
     csvs = sorted(plots.glob("*.csv"))
     texts = {out / report: render_report(report, csvs) for report in REPORTS}

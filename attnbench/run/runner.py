@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 import torch
 
-from attnbench.case import Case
 from attnbench.measure import is_cuda
 from attnbench.measure.memory import available_bytes
-from attnbench.results import Row, row_from_record
+from attnbench.results.sink import Row, row_from_record
+from attnbench.run.case import Case
 
 HEADROOM = 0.8  # a case may use at most this share of the available memory
 # The CPU allocator's out-of-memory is a plain RuntimeError; these phrases name it.
@@ -201,7 +201,7 @@ class InProcess:
 
 
 class Isolated:
-    """Runs each case in a fresh Python process (`python -m attnbench.worker`): a segfault,
+    """Runs each case in a fresh Python process (`python -m attnbench.run.worker`): a segfault,
     an abort or the OOM killer ends only that process, and the case gets a `crashed` row."""
 
     def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False):
@@ -218,7 +218,7 @@ class Isolated:
             path = os.pathsep.join([_package_root(), *filter(None, sys.path)])
             env = {**os.environ, "PYTHONPATH": path}
             done = subprocess.run(
-                [sys.executable, "-m", "attnbench.worker", str(job), str(out)],
+                [sys.executable, "-m", "attnbench.run.worker", str(job), str(out)],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -245,7 +245,7 @@ def _crash_reason(done: subprocess.CompletedProcess) -> str:
 
 
 def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])
 
 
 def rows_to_json(rows: list[Row]) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UsageError
-from attnbench.interrupts import deferred_interrupts
+from attnbench.results.interrupts import deferred_interrupts
 
 SCHEMA_VERSION = 2
 

@@ -16,10 +16,10 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from attnbench.case import MODES
 from attnbench.errors import UsageError
-from attnbench.interrupts import Terminated, sigterm_as_interrupt
 from attnbench.measure import DEFAULT_MIN_TIME_S
+from attnbench.results.interrupts import Terminated, sigterm_as_interrupt
+from attnbench.run.case import MODES
 
 if TYPE_CHECKING:
     from attnbench.inputs import Inputs
@@ -92,9 +92,9 @@ def _main(
 
 
 def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
-    from attnbench.plots import PLOT_SUFFIXES
-    from attnbench.results import env_sidecar
-    from attnbench.spec import output_path, writable_file
+    from attnbench.cli.parse import output_path, writable_file
+    from attnbench.results.sink import env_sidecar
+    from attnbench.views.plots import PLOT_SUFFIXES
 
     paths = (
         output_path(csv, "--csv", (".csv",)),
@@ -109,8 +109,8 @@ def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
 
 
 def _set_threads(threads: int | None) -> int:
+    from attnbench.cli.parse import positive
     from attnbench.measure.threads import set_threads
-    from attnbench.spec import positive
 
     return set_threads(None if threads is None else positive(threads, "--threads"))
 
@@ -118,7 +118,7 @@ def _set_threads(threads: int | None) -> int:
 def _sink(env: dict, csv: Path | None, json: Path | None, resume: bool):
     """The result sink: a context that holds its outputs while the run writes them; with
     `resume` it starts from the cases they already hold."""
-    from attnbench.results import ResultSink
+    from attnbench.results.sink import ResultSink
 
     if resume and csv is None and json is None:
         raise UsageError("--resume: give the --csv or --json file of the run to continue")
@@ -163,7 +163,7 @@ def _sweep(study: Callable[..., Iterator[list]], total: int, reports: bool = Fal
 def backends() -> None:
     """List the backends, their parameters and defaults, cost, devices and backward support."""
     from attnbench.backends import backend_classes
-    from attnbench.tables import backends_table
+    from attnbench.views.tables import backends_table
 
     console.print(backends_table(backend_classes()))
 
@@ -211,7 +211,7 @@ def time_cmd(
 ) -> None:
     """Runtime and peak memory vs sequence length (YOSO Fig. 7)."""
     from attnbench.backends import get_backend, parse_backends
-    from attnbench.spec import (
+    from attnbench.cli.parse import (
         MAX_COUNT,
         check_inputs_fit,
         check_min_time,
@@ -262,7 +262,7 @@ def time_cmd(
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.env import environment
-    from attnbench.tables import time_table, unstable_warning
+    from attnbench.views.tables import time_table, unstable_warning
 
     steady_allocator()
     threads = _set_threads(threads)
@@ -277,7 +277,7 @@ def time_cmd(
 
 
 def _validate(cases) -> None:
-    from attnbench import runner
+    from attnbench.run import runner
 
     runner.validate(cases)
 
@@ -286,7 +286,7 @@ def _executor(isolate: bool, measure, threads: int, steady: bool = False):
     """Cases in this process (None: the runner's default), or each in a fresh one."""
     if not isolate:
         return None
-    from attnbench.runner import Isolated
+    from attnbench.run.runner import Isolated
 
     return Isolated(measure, threads, steady)
 
@@ -318,7 +318,7 @@ def model_cmd(
     """Training cost of a whole encoder per instance vs length, at the largest batch that
     fits (YOSO Fig. 7)."""
     from attnbench.backends import parse_backends
-    from attnbench.spec import (
+    from attnbench.cli.parse import (
         MAX_BATCH,
         MAX_COUNT,
         MAX_LAYERS,
@@ -360,7 +360,7 @@ def model_cmd(
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.env import environment
     from attnbench.studies.model import run_model
-    from attnbench.tables import model_table
+    from attnbench.views.tables import model_table
 
     threads = _set_threads(threads)
     with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
@@ -389,9 +389,9 @@ def maps_cmd(
 ) -> None:
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3)."""
     from attnbench.backends import parse_backends
-    from attnbench.plots import PLOT_SUFFIXES, plot_maps
-    from attnbench.spec import check_inputs_fit, check_seed, output_path, parse_grids, positive
+    from attnbench.cli.parse import check_inputs_fit, check_seed, output_path, parse_grids, positive
     from attnbench.studies.maps import MapsSpec, attention_maps
+    from attnbench.views.plots import PLOT_SUFFIXES, plot_maps
 
     seed = check_seed(seed)
     grids = parse_grids(grid, "--grid")
@@ -476,7 +476,7 @@ def error_cmd(
     hashes and lengths (YOSO Fig. 8)."""
     from attnbench.backends import parse_backends
     from attnbench.backends.registry import tau_param
-    from attnbench.spec import (
+    from attnbench.cli.parse import (
         MAX_COUNT,
         check_inputs_fit,
         check_seed,
@@ -522,7 +522,7 @@ def error_cmd(
     spec.validate()
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.env import environment
-    from attnbench.tables import error_table
+    from attnbench.views.tables import error_table
 
     threads = _set_threads(threads)
     executor = _executor(isolate, spec.measure, threads)
@@ -534,7 +534,7 @@ def error_cmd(
 
 def _hashes(hashes: str | None, backends: str) -> list[int]:
     """The swept numbers of hashes: YOSO Fig. 8's 8..128 unless backends are given instead."""
-    from attnbench.spec import parse_sizes
+    from attnbench.cli.parse import parse_sizes
 
     if hashes is None:
         return [] if backends.strip() else parse_sizes("8..128", "--hashes")
@@ -573,8 +573,8 @@ def plot_cmd(
     out: Path = typer.Option(None, "--out", "-o", help="figure path (default: results.png)"),
 ) -> None:
     """Redraw a study's figure from a saved result file."""
-    from attnbench.plots import PLOT_SUFFIXES, plot_results
-    from attnbench.spec import output_path
+    from attnbench.cli.parse import output_path
+    from attnbench.views.plots import PLOT_SUFFIXES, plot_results
 
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
@@ -594,9 +594,9 @@ def pareto_cmd(
     out: Path = typer.Option(None, "--out", "-o", help="figure path (default: none, table only)"),
 ) -> None:
     """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked."""
-    from attnbench.pareto import pareto_points, plot_pareto, render_table, unmatched
-    from attnbench.plots import PLOT_SUFFIXES
-    from attnbench.spec import output_path
+    from attnbench.cli.parse import output_path
+    from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
+    from attnbench.views.plots import PLOT_SUFFIXES
 
     for path in (time_file, error_file):
         if not path.is_file():
@@ -616,7 +616,7 @@ def pareto_cmd(
 
 def _read_results(path: Path):
     """The rows of a result file; UsageError naming the file if it cannot be read."""
-    from attnbench.results import read_rows
+    from attnbench.results.sink import read_rows
 
     try:
         return read_rows(path)
@@ -628,7 +628,7 @@ def _run_env(results: Path) -> dict | None:
     """The environment record of a result file: a CSV's .env.json sidecar, a JSON's "env"."""
     import json
 
-    from attnbench.results import env_sidecar
+    from attnbench.results.sink import env_sidecar
 
     try:
         if results.suffix.lower() == ".json":
@@ -649,7 +649,7 @@ def compare_cmd(
     markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
 ) -> None:
     """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval."""
-    from attnbench import compare
+    from attnbench.views import compare
 
     threshold = None if fail_above is None else compare.parse_threshold(fail_above)
     comparison = compare.compare_files(a, b)
@@ -669,7 +669,7 @@ def report_cmd(
     out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="folder to write into"),
 ) -> None:
     """Write Markdown tables of the result CSVs (yoso.md, scram.md, field.md) for the docs."""
-    from attnbench.report import write_reports
+    from attnbench.views.report import write_reports
 
     if not plots.is_dir():
         raise UsageError(f"{plots}: no such folder")
@@ -714,7 +714,7 @@ def profile_argv(profile: Path) -> list[str]:
     options = doc.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"{profile}: [options] must be a table of option = value")
-    from attnbench.spec import check_option_keys
+    from attnbench.cli.parse import check_option_keys
 
     check_option_keys(options, typer.main.get_command(app).commands[command], str(profile))
     argv = [command]
@@ -728,8 +728,8 @@ def _finish(sink, rows: list, plot: Path | None) -> None:
         if path is not None:
             console.print(f"wrote {path}")
     if plot is not None:
-        from attnbench.plots import plot_results
-        from attnbench.results import rows_frame
+        from attnbench.results.sink import rows_frame
+        from attnbench.views.plots import plot_results
 
         plot_results(rows_frame(rows), plot)
         console.print(f"wrote {plot}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UsageError
-from attnbench.plots import (
+from attnbench.views.plots import (
     PLOT_SUFFIXES,
     _atomic_save,
     _case_parts,

@@ -1,5 +1,5 @@
 """Q, K, V for the studies: Gaussian, clustered (concentrated attention), a trained model's
-(`model:minilm`, see attnbench.models), or from a file.
+(`model:minilm`, see attnbench.inputs.models), or from a file.
 
 All generators draw on the CPU from a seeded generator and then move to the device, so the
 same seed gives the same inputs everywhere.
@@ -134,14 +134,14 @@ class Inputs:
                 raise UsageError("--inputs clustered:size=N needs N >= 1 tokens per cluster")
             self.cluster_size = options["size"]
         elif kind.startswith("model:"):
-            from attnbench.models import ModelSource
+            from attnbench.inputs.models import ModelSource
 
             # a model's windows, computed on demand: `data` marks that its shape is fixed
             self.data = ModelSource(kind.removeprefix("model:"))
             self.batch, self.heads, self.dim = 1, self.data.heads, self.data.dim
             self.max_n = None
         elif self.on_grid:  # images: one picture, one head
-            from attnbench.images import IMAGES
+            from attnbench.inputs.images import IMAGES
 
             name = kind.split(":", 1)[1] if ":" in kind else kind
             if kind not in ("blobs", "three-blobs") and name not in IMAGES:
@@ -183,7 +183,7 @@ class Inputs:
         self, n: int, seed: int, dtype: torch.dtype, device: str, grid=None
     ) -> list[torch.Tensor]:
         if self.on_grid:
-            from attnbench.images import grid_qkv
+            from attnbench.inputs.images import grid_qkv
 
             if grid is None:
                 raise UsageError(f"--inputs {self.kind} needs --grid HxW")

@@ -1,0 +1,1 @@
+"""Result rows: their schema, the sink that writes them, the file formats and reading."""
