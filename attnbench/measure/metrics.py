@@ -30,6 +30,10 @@ def max_abs(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out.double() - ref.double()).abs().max().item()
 
 
+# Metric prefix of the error study's fitted slope of the angle against log2 n: the study
+# writes these rows and the views set them apart, so the name lives below both.
+SLOPE = "radian_slope_log2n"
+
 VS_SOFTMAX = {
     "radian_vs_softmax": mean_radian,
     "rel_frobenius_vs_softmax": rel_frobenius,

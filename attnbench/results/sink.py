@@ -23,6 +23,7 @@ import tempfile
 import uuid
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -89,9 +90,11 @@ class Row:
     schema_version: int = SCHEMA_VERSION
     params: dict = field(default_factory=dict)  # backend parameters, a column each
     conditions: dict = field(default_factory=dict)  # CONDITION_KEYS measured around the case
+    # an array result (the maps study's attention map): kept in memory, never written
+    array: Any = field(default=None, repr=False, compare=False)
 
 
-COLUMNS = [f.name for f in fields(Row) if f.name not in ("params", "conditions")]
+COLUMNS = [f.name for f in fields(Row) if f.name not in ("params", "conditions", "array")]
 _INT_COLUMNS = ("batch", "heads", "seq", "dim", "count", "grid_h", "grid_w", "threads")
 _DEFAULTS = {
     f.name: None if f.default is MISSING else f.default

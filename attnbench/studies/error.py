@@ -30,6 +30,7 @@ from attnbench.backends.softmax import softmax_weights
 from attnbench.inputs import Inputs
 from attnbench.measure.memory import available_bytes
 from attnbench.measure.metrics import (
+    SLOPE,
     captured_mass,
     map_summary,
     max_abs,
@@ -130,7 +131,6 @@ def run_error(
     yield from runner.run(spec.cases, spec.measure, executor, sink, on_case, finish=slopes)
 
 
-SLOPE = "radian_slope_log2n"  # metric prefix of the fitted slope rows
 
 
 class _Slopes:

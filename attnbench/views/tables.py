@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.measure.metrics import SLOPE
+
 
 def _label(spec: str) -> str:
     """The backend's short display name ("yoso-32"), or the spec if it no longer parses."""
@@ -114,8 +116,6 @@ def _symptoms(row) -> str:
 def error_table(rows: list) -> Table:
     """A line per backend, length and metric; then each fitted slope of the angle against
     log2 n (rad per doubling of n, std = its standard error) on a line of its own."""
-    from attnbench.studies.error import SLOPE
-
     table = Table(
         title="attnbench error (mean +- std over trials; slopes: fit over all n, +- std error)"
     )
