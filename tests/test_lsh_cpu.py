@@ -184,3 +184,38 @@ def test_rows_without_collisions_get_zero(path, monkeypatch):
     out[:] = np.nan
     cpu.weighted_cumulation(read, write, values, values, np.ones((2, 7, 3), np.float32), tau, out)
     assert (out == 0).all()
+
+
+PRECONDITION_SCRIPT = """
+import numpy as np
+from attnbench.kernels.lsh import cpu
+
+codes = np.zeros((1, 4, 2), np.int32)
+values = np.zeros((1, 3, 8), np.float32)  # 3 rows of values for 4 write codes
+try:
+    cpu.cumulation(codes, codes, values, 4, np.zeros((1, 4, 8), np.float32))
+except ValueError as exc:
+    print("ValueError:", exc)
+"""
+
+
+def test_kernel_preconditions_are_checks_that_python_O_keeps():
+    """A broken precondition is a clear ValueError, also under `python -O`, which strips
+    asserts and would let the compiled loops read out of bounds instead."""
+    import subprocess
+    import sys
+
+    codes = np.zeros((1, 4, 2), np.int32)
+    with pytest.raises(ValueError, match="do not match codes"):
+        cpu.cumulation(
+            codes, codes, np.zeros((1, 3, 8), np.float32), 4, np.zeros((1, 4, 8), np.float32)
+        )
+    with pytest.raises(ValueError, match="tau must be in 1..30"):
+        cpu.cumulation(
+            codes, codes, np.zeros((1, 4, 8), np.float32), 31, np.zeros((1, 4, 8), np.float32)
+        )
+    done = subprocess.run(
+        [sys.executable, "-O", "-c", PRECONDITION_SCRIPT], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ValueError: values (1, 3, 8) do not match codes")

@@ -166,7 +166,10 @@ def gaussian_codes(x: np.ndarray, proj: np.ndarray, tau: int, out: np.ndarray) -
     _check(x, np.float32, 3)
     _check(proj, np.float32, 3)
     _check(out, np.int32, 3)
-    assert proj.shape[2] == out.shape[2] * tau and proj.shape[1] == x.shape[2]
+    _require(
+        proj.shape[2] == out.shape[2] * tau and proj.shape[1] == x.shape[2],
+        f"projections {proj.shape} do not fit x {x.shape}, codes {out.shape}, tau {tau}",
+    )
     _gaussian_codes(x, proj, tau, out)
 
 
@@ -181,8 +184,14 @@ def fast_codes(x: np.ndarray, diags: np.ndarray, tau: int, out: np.ndarray) -> N
     _check(diags, np.float32, 4)
     _check(out, np.int32, 3)
     dp = diags.shape[3]
-    assert dp & (dp - 1) == 0 and dp >= max(x.shape[2], tau)
-    assert diags.shape[1] * (dp // tau) >= out.shape[2]
+    _require(
+        dp & (dp - 1) == 0 and dp >= max(x.shape[2], tau),
+        f"padded width {dp} is not a power of two >= d {x.shape[2]} and tau {tau}",
+    )
+    _require(
+        diags.shape[1] * (dp // tau) >= out.shape[2],
+        f"{diags.shape[1]} transforms give fewer than the {out.shape[2]} codes asked for",
+    )
     _fast_codes(x, diags, tau, out)
 
 
@@ -437,8 +446,9 @@ def cumulation(
     _check(values, np.float32, 3)
     _check(out, np.float32, 3)
     groups, n_w, m = write_codes.shape
-    assert values.shape[:2] == (groups, n_w)
-    assert out.shape == (groups, read_codes.shape[1], values.shape[2])
+    _require(values.shape[:2] == (groups, n_w), f"values {values.shape} do not match codes")
+    want = (groups, read_codes.shape[1], values.shape[2])
+    _require(out.shape == want, f"out is {out.shape}, expected {want}")
     if 1 << tau > SPARSE_BUCKETS * n_w:
         # Sparse tables (large tau, few rows): most buckets are empty and touching fresh
         # table pages would dominate, so sort by code instead; weights of 1 are exact.
@@ -472,9 +482,16 @@ def weighted_cumulation(
         _check(array, np.float32, 3)
     groups, n_w, m = write_codes.shape
     n_r, n_a = read_codes.shape[1], weights.shape[2]
-    assert weights.shape[:2] == vectors.shape[:2] == (groups, n_w)
-    assert read_weights.shape == (groups, n_r, n_a)
-    assert out.shape == (groups, n_r, vectors.shape[2])
+    _require(
+        weights.shape[:2] == vectors.shape[:2] == (groups, n_w),
+        f"weights {weights.shape} and vectors {vectors.shape} do not match the write codes",
+    )
+    _require(
+        read_weights.shape == (groups, n_r, n_a),
+        f"read_weights {read_weights.shape} do not match the read codes and weights",
+    )
+    want = (groups, n_r, vectors.shape[2])
+    _require(out.shape == want, f"out is {out.shape}, expected {want}")
     width, workers = _column_blocks(groups, vectors.shape[2])
     span = max(1, min(n_a, BUCKET_FLOATS // width))
     _weighted_cumulation(
@@ -495,16 +512,27 @@ def _column_blocks(groups: int, dv: int) -> tuple[int, int]:
     return width, min(threads, units)
 
 
+def _require(condition: bool, message: str) -> None:
+    """A kernel precondition: an explicit check, so it holds under `python -O` too (the
+    compiled loops read out of bounds instead of failing when it is broken)."""
+    if not condition:
+        raise ValueError(message)
+
+
 def _check(array: np.ndarray, dtype, ndim: int) -> None:
-    assert array.dtype == dtype and array.ndim == ndim and array.flags.c_contiguous, (
+    _require(
+        array.dtype == dtype and array.ndim == ndim and array.flags.c_contiguous,
         f"expected a C-contiguous {np.dtype(dtype)} array of rank {ndim}, got "
-        f"{array.dtype} {array.shape}"
+        f"{array.dtype} {array.shape}",
     )
 
 
 def _check_codes(read_codes: np.ndarray, write_codes: np.ndarray, tau: int) -> None:
     _check(read_codes, np.int32, 3)
     _check(write_codes, np.int32, 3)
-    assert 1 <= tau <= 30
+    _require(1 <= tau <= 30, f"tau must be in 1..30, got {tau}")
     g, _, m = write_codes.shape
-    assert read_codes.shape[0] == g and read_codes.shape[2] == m
+    _require(
+        read_codes.shape[0] == g and read_codes.shape[2] == m,
+        f"read codes {read_codes.shape} and write codes {write_codes.shape} do not match",
+    )
