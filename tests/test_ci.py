@@ -1,7 +1,8 @@
 """.ci/run must go red when any of its steps fails, the chained README command included.
 
 The script runs in a scratch copy of the repository layout against stub `python3`, `pip`,
-`pytest` and `ruff` commands whose exit codes each case sets, so no real install happens.
+`pytest`, `ruff` and `lint-imports` commands whose exit codes each case sets, so no real
+install happens.
 """
 
 import os
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STUB_PYTHON3 = """#!/usr/bin/env bash
 if [ "$1 $2" = "-m venv" ]; then
   mkdir -p "$3/bin"
-  for tool in pip python ruff; do
+  for tool in pip python ruff lint-imports; do
     printf '#!/usr/bin/env bash\\nexec "%s" %s "$@"\\n' "$STUB_TOOL" "$tool" > "$3/bin/$tool"
     chmod +x "$3/bin/$tool"
   done
@@ -36,6 +37,7 @@ case "$tool $*" in
   "python -m pytest"*) exit "${FAIL_PYTEST:-0}" ;;
   "ruff check"*) exit "${FAIL_RUFF:-0}" ;;
   "ruff format"*) exit "${FAIL_FORMAT:-0}" ;;
+  "lint-imports"*) exit "${FAIL_LAYERS:-0}" ;;
 esac
 exit 98
 """
@@ -78,7 +80,15 @@ def test_ci_passes_when_every_step_passes(ci):
 
 @pytest.mark.parametrize(
     "step, code",
-    [("pip", 1), ("pytest", 1), ("pytest", 5), ("sim", 1), ("ruff", 1), ("format", 1)],
+    [
+        ("pip", 1),
+        ("pytest", 1),
+        ("pytest", 5),
+        ("sim", 1),
+        ("ruff", 1),
+        ("format", 1),
+        ("layers", 1),
+    ],
 )
 def test_ci_fails_when_a_step_fails(ci, step, code):
     assert ci(**{step: code}) != 0
