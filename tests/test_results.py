@@ -10,17 +10,18 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
-from attnbench.results.sink import (
+from attnbench.results import formats
+from attnbench.results.read import read_rows
+from attnbench.results.schema import (
     COLUMNS,
     SCHEMA_VERSION,
-    ResultSink,
     Row,
     env_sidecar,
-    read_rows,
     record,
     row_from_record,
     rows_frame,
 )
+from attnbench.results.sink import ResultSink
 
 PLOTS = Path(__file__).resolve().parent.parent / "plots"
 DATA = Path(__file__).resolve().parent / "data"  # result files kept as an older schema wrote them
@@ -113,7 +114,7 @@ def test_csv_round_trip_keeps_every_column(tmp_path):
     assert row_from_record(frame.iloc[1].to_dict()).params == {}
 
 
-def test_sink_rewrites_complete_files_after_every_case(tmp_path):
+def test_sink_leaves_complete_files_after_every_case(tmp_path):
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     with ResultSink({"seed": 0}, csv, js) as sink:
         assert json.loads(env_sidecar(csv).read_text()) == {"seed": 0}  # written up front
@@ -131,6 +132,20 @@ def test_sink_rewrites_complete_files_after_every_case(tmp_path):
         assert doc["rows"][0]["samples"] == [1.0, 1.5, 2.0]
     assert env_sidecar(csv).name == "r.env.json"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.env.json", "r.json"]
+
+
+def test_appended_cases_are_the_bytes_of_the_whole_files(tmp_path):
+    """Cases appended one by one, with a new parameter column (a whole rewrite) in between,
+    leave the bytes that writing every record at once gives."""
+    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
+    with ResultSink({"seed": 0}, csv, js) as sink:
+        sink.add_case([make_row(64, case_id="a"), make_row(64, "peak_mib", case_id="a")])
+        sink.add_case([yoso_row()])  # new columns
+        sink.add_case([make_row(128, value=None, stable=False, reason='a, "quoted"\nline')])
+        sink.add_case([make_row(256, params={"m": 16}, case_id="c", samples=[0.1 + 0.2, 1e-7])])
+    assert csv.read_text() == formats.csv_text(sink.records)
+    assert js.read_text() == formats.json_text({"seed": 0}, sink.records)
+    assert read_rows(csv)["seq"].tolist() == [64, 64, 64, 128, 256]
 
 
 def test_json_round_trip(tmp_path):

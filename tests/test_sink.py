@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,11 +19,14 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
+import attnbench.results.formats as formats
 import attnbench.results.sink as results
 from attnbench.cli.parse import HIDDEN_NAME_ROOM, writable_file
 from attnbench.errors import UsageError
 from attnbench.results.interrupts import Terminated, deferred_interrupts, sigterm_as_interrupt
-from attnbench.results.sink import ResultSink, Row, fingerprint, read_rows
+from attnbench.results.read import read_rows
+from attnbench.results.schema import Row, fingerprint
+from attnbench.results.sink import ResultSink
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("time_ms", "first_call_ms", "peak_mib")
@@ -43,13 +47,9 @@ ENV = {
     "command": "attnbench time --seq 64",
 }
 
-# A sweep of tiny fake cases, three rows each; `--cli` runs it as an attnbench command so
-# that the command line's handling of signals is the one tested.
-SWEEP = """
-import sys
-from pathlib import Path
-
-from attnbench.results.sink import ResultSink, Row
+# Tiny fake cases, three rows each, for the scripts below.
+CASE_ROWS = """
+from attnbench.results.schema import Row
 
 
 def case_rows(i, status="ok"):
@@ -59,7 +59,19 @@ def case_rows(i, status="ok"):
             value=float(i), samples=[float(i)] * 3, status=status, case_id=f"case-{i}")
         for m in ("time_ms", "first_call_ms", "peak_mib")
     ]
+"""
 
+# A sweep of those cases; `--cli` runs it as an attnbench command so that the command
+# line's handling of signals is the one tested.
+SWEEP = (
+    """
+import sys
+from pathlib import Path
+
+from attnbench.results.sink import ResultSink
+"""
+    + CASE_ROWS
+    + """
 
 def sweep(csv: Path, json: Path, cases: int = 10**9, resume: bool = False):
     env = {"command": "attnbench sweep", "torch": "t"}
@@ -79,6 +91,47 @@ if sys.argv[1] == "--cli":
 else:
     sweep(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "resume")
 """
+)
+
+# Commits two cases, then dies by SIGKILL halfway through the write number argv[4] (0: the
+# CSV, 1: the JSON) of the third, after copying that file's bytes to argv[3].
+TORN = (
+    """
+import os
+import signal
+import sys
+from pathlib import Path
+
+import attnbench.results.formats as formats
+from attnbench.results.sink import ResultSink
+"""
+    + CASE_ROWS
+    + """
+
+class Dying:
+    def __init__(self, tear_at):
+        self.tear_at, self.writes = tear_at, 0
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def pwrite(self, fd, data, offset):
+        self.writes += 1
+        if self.writes <= self.tear_at:
+            return os.pwrite(fd, data, offset)
+        os.pwrite(fd, bytes(data[: len(data) // 2]), offset)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+csv, js, before, tear_at = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+with ResultSink({"command": "attnbench sweep", "torch": "t"}, csv, js) as sink:
+    sink.add_case(case_rows(0))
+    sink.add_case(case_rows(1))
+    before.write_bytes((csv, js)[tear_at].read_bytes())
+    formats.os = Dying(tear_at)
+    sink.add_case(case_rows(2))
+"""
+)
 
 # Holds the sink on one CSV until its stdin closes.
 HOLD = """
@@ -166,26 +219,44 @@ def test_sink_fills_run_and_environment_columns(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc/self/fd")
-def test_every_file_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
-    """Each temp file is fsynced before it is renamed over its output: a machine stopping in
-    between keeps the old file, and after the rename the new one is whole."""
-    synced, replaced = [], []
-    real_fsync, real_replace = os.fsync, os.replace
+def test_every_file_reaches_the_disk_before_it_is_relied_on(tmp_path, monkeypatch):
+    """A whole file is fsynced before it is renamed over its output: a machine stopping in
+    between keeps the old file, and after the rename the new one is whole. An appended case
+    is fsynced before its commit returns, in every output."""
+    events = []
+    real_fsync, real_replace, real_pwrite = os.fsync, os.replace, os.pwrite
+
+    def name(fd):
+        return Path(os.readlink(f"/proc/self/fd/{fd}")).name
 
     def fsync(fd):
-        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        events.append(("fsync", name(fd)))
         real_fsync(fd)
 
     def replace(src, dst):
-        replaced.append((Path(src).name, Path(dst).name, Path(src).name in synced))
+        synced = ("fsync", Path(src).name) in events
+        events.append(("replace", Path(dst).name, synced))
         real_replace(src, dst)
 
-    monkeypatch.setattr(results.os, "fsync", fsync)
-    monkeypatch.setattr(results.os, "replace", replace)
+    def pwrite(fd, data, offset):
+        events.append(("write", name(fd)))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    outputs = ("r.csv", "r.json")
     with ResultSink(ENV, tmp_path / "r.csv", tmp_path / "r.json") as sink:
-        sink.add_case(case_rows("a"))
-    assert {dst for _, dst, _ in replaced} == {"r.csv", "r.json", "r.env.json"}
-    assert all(was_synced for _, _, was_synced in replaced), replaced
+        replaced = [e for e in events if e[0] == "replace"]
+        assert {dst for _, dst, _ in replaced} == {"r.csv", "r.json", "r.env.json"}
+        assert all(synced for _, _, synced in replaced), replaced
+        for case in ("a", "b"):
+            events.clear()
+            sink.add_case(case_rows(case))
+            on_output = [e for e in events if e[1] in outputs]
+            for out in outputs:  # written, then on the disk, before the commit returns
+                assert [e[0] for e in on_output if e[1] == out][-2:] == ["write", "fsync"], events
+            assert [e[1] for e in on_output] == sorted([e[1] for e in on_output])  # CSV first
 
 
 def test_fingerprint_follows_what_decides_comparability():
@@ -277,36 +348,21 @@ def test_leftover_temp_files_of_a_killed_run_are_removed(tmp_path):
 
 
 class _OsFailingWrites:
-    """`os` as seen by attnbench.results.sink: the temp file write number `fail_at` (0: the CSV,
-    1: the JSON of a commit) fails halfway with OSError `code`."""
+    """`os` as seen by attnbench.results.formats: the output write number `fail_at` (0: the
+    CSV, 1: the JSON of a commit) writes half its data, then fails with OSError `code`."""
 
     def __init__(self, code: int, fail_at: int):
-        self.code, self.fail_at, self.opened = code, fail_at, 0
+        self.code, self.fail_at, self.writes = code, fail_at, 0
 
     def __getattr__(self, name):
         return getattr(os, name)
 
-    def fdopen(self, fd, *args, **kwargs):
-        file = os.fdopen(fd, *args, **kwargs)
-        self.opened += 1
-        if self.opened - 1 != self.fail_at:
-            return file
-        code = self.code
-
-        class Full:
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                file.close()
-                return False
-
-            def write(self, text):
-                file.write(text[: len(text) // 2])
-                file.flush()
-                raise OSError(code, os.strerror(code))
-
-        return Full()
+    def pwrite(self, fd, data, offset):
+        self.writes += 1
+        if self.writes - 1 != self.fail_at:
+            return os.pwrite(fd, data, offset)
+        os.pwrite(fd, bytes(data[: len(data) // 2]), offset)
+        raise OSError(self.code, os.strerror(self.code))
 
 
 @pytest.mark.parametrize(
@@ -321,7 +377,7 @@ def test_a_failed_write_is_one_error_and_keeps_the_committed_cases(
         sink.add_case(case_rows("a"))
         sink.add_case(case_rows("b", 128))
         before = {p: p.read_bytes() for p in (csv, js, tmp_path / "r.env.json")}
-        monkeypatch.setattr(results, "os", _OsFailingWrites(code, failing))
+        monkeypatch.setattr(formats, "os", _OsFailingWrites(code, failing))
         with pytest.raises(UsageError) as caught:
             sink.add_case(case_rows("c", 256))
         monkeypatch.undo()
@@ -336,16 +392,20 @@ def test_a_failed_write_is_one_error_and_keeps_the_committed_cases(
 
 
 def test_full_disk_in_a_run_is_one_error_line(tmp_path, monkeypatch):
-    real_write_temp = results._write_temp
     writes = []
 
-    def write_temp(path, text):
-        writes.append(path)
-        if path.suffix == ".csv" and len([p for p in writes if p.suffix == ".csv"]) == 3:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # the second case
-        return real_write_temp(path, text)
+    def failing_third_csv_write(write):  # the open, the first case, then the second case
+        def wrapped(path, *args):
+            writes.append(path)
+            if path.suffix == ".csv" and len([p for p in writes if p.suffix == ".csv"]) == 3:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return write(path, *args)
 
-    monkeypatch.setattr(results, "_write_temp", write_temp)
+        return wrapped
+
+    # a case is written whole (a temp file) or appended, whichever the sink needs
+    monkeypatch.setattr(results, "write_temp", failing_third_csv_write(results.write_temp))
+    monkeypatch.setattr(results, "write_at", failing_third_csv_write(results.write_at))
     csv = tmp_path / "r.csv"
     result = CliRunner().invoke(cli.app, [*TIME, "--csv", str(csv)])
     assert result.exit_code == 2, result.output
@@ -387,32 +447,29 @@ def test_sigterm_as_interrupt_raises_terminated_and_restores_the_handler():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-class _OsSignallingOnReplace:
-    """`os` as seen by attnbench.results.sink: SIGTERM arrives during the first rename."""
+class _SignallingWrites:
+    """`write_at` as the sink calls it: SIGTERM arrives during the first write of a commit."""
 
-    def __init__(self):
-        self.replaced = []
+    def __init__(self, write_at):
+        self.write_at, self.written = write_at, []
 
-    def __getattr__(self, name):
-        return getattr(os, name)
-
-    def replace(self, src, dst):
-        if not self.replaced:
+    def __call__(self, path, offset, data):
+        if not self.written:
             os.kill(os.getpid(), signal.SIGTERM)
-        os.replace(src, dst)
-        self.replaced.append(Path(dst).name)
+        self.write_at(path, offset, data)
+        self.written.append(path.name)
 
 
 def test_sigterm_during_a_commit_waits_until_every_file_holds_the_case(tmp_path, monkeypatch):
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
-    fake_os = _OsSignallingOnReplace()
+    writes = _SignallingWrites(results.write_at)
     with sigterm_as_interrupt(), ResultSink(ENV, csv, js) as sink:
         sink.add_case(case_rows("a"))
-        monkeypatch.setattr(results, "os", fake_os)
+        monkeypatch.setattr(results, "write_at", writes)
         with pytest.raises(Terminated):
             sink.add_case(case_rows("b", 128))
         monkeypatch.undo()
-    assert fake_os.replaced == ["r.csv", "r.json"]
+    assert writes.written == ["r.csv", "r.json"]
     assert case_ids(assert_complete_and_agreeing(csv, js)) == ["a", "b"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.csv", "r.env.json", "r.json"]
 
@@ -518,6 +575,56 @@ def test_sigkill_then_resume_gives_the_rows_of_an_uninterrupted_run(tmp_path):
     assert resumed["samples"].tolist() == uninterrupted["samples"].tolist()
     assert resumed["run_id"].nunique() == 2  # the killed run's cases were kept, not rerun
     assert hidden_files(killed) == []
+
+
+@pytest.mark.parametrize("torn", ["r.csv", "r.json"])
+def test_a_torn_append_is_cut_back_when_the_next_run_takes_the_lock(tmp_path, torn):
+    """SIGKILL in the middle of an append leaves a torn file and the dead run's lock file,
+    which holds the file's committed length: the next run cuts the file back to it before
+    reading it, and resumes from whole cases."""
+    csv, js, before = tmp_path / "r.csv", tmp_path / "r.json", tmp_path / "before"
+    tear_at = ["r.csv", "r.json"].index(torn)
+    proc = start(script(tmp_path, "torn.py", TORN), csv, js, before, tear_at)
+    _, err = proc.communicate(timeout=DEADLINE_S)
+    assert proc.returncode == -signal.SIGKILL, err
+    path, tail = tmp_path / torn, [b"", formats.JSON_TAIL.encode()][tear_at]
+    assert path.stat().st_size > before.stat().st_size
+    with pytest.raises(ValueError):  # torn: refused by readers
+        read_rows(path)
+    holder, committed = (tmp_path / f".{torn}.lock").read_text().splitlines()
+    assert holder.startswith(f"{proc.pid} ")
+    assert int(committed) == before.stat().st_size - len(tail)
+
+    alone = (path, None) if torn == "r.csv" else (None, path)
+    with ResultSink(ENV, *alone, resume=True) as sink:
+        assert case_ids(pd.DataFrame(sink.records)) == ["case-0", "case-1"]
+    with ResultSink(ENV, csv, js, resume=True):  # the CSV may be a case ahead
+        pass
+    frame = assert_complete_and_agreeing(csv, js)
+    assert case_ids(frame) == [f"case-{i}" for i in range(2 + tear_at)]
+    assert hidden_files(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------- cost
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/self/io")
+def test_a_sweep_writes_each_byte_about_once(tmp_path, monkeypatch):
+    """A commit writes its case, not the whole file again: a sweep of 2,000 cases writes at
+    most 3x the final files' size (rewriting every file at each commit writes ~1,000x)."""
+
+    def written() -> int:  # every byte this process has handed to write(2) and its kin
+        return int(re.search(r"^wchar: (\d+)$", Path("/proc/self/io").read_text(), re.M)[1])
+
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # bytes are counted here, not syncs
+    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
+    before = written()
+    with ResultSink(ENV, csv, js) as sink:
+        for i in range(2000):
+            sink.add_case(case_rows(f"case-{i}", seq=i))
+    total = written() - before
+    final = csv.stat().st_size + js.stat().st_size
+    assert final <= total <= 3 * final, f"{total} bytes written for {final} bytes of results"
 
 
 # ------------------------------------------------------------- output paths, up front

@@ -1,174 +1,91 @@
-"""One tidy result schema for every study, and a writer that never loses or half-writes a case.
+"""The result sink: locks its outputs and commits each finished case to all of them.
 
-A row is one backend x case x metric. On disk a row is a flat record: the fixed columns
-(`COLUMNS`), then each backend parameter and each per-case condition as a column of its own;
-samples are a JSON list in CSV. `ResultSink` writes CSV (+ .env.json sidecar) and JSON;
-`read_rows` reads schema 1 and 2 files.
+Invariants, and why they hold:
+- While a sink is open no other attnbench run writes its outputs: each has an flock on a
+  `.NAME.lock` beside it, and the kernel drops an flock when its holder dies.
+- Every output holds whole cases, the CSV and the JSON the same ones. A commit appends the
+  case to the CSV, then to the JSON (`formats` explains the layout), each write fsynced
+  before the next, with SIGINT and SIGTERM held off until every file holds the case. A write
+  that fails (a full disk) cuts every file back to what it held before the case. Only SIGKILL
+  (or a power cut) between the two files leaves the JSON one case behind the CSV, and
+  `resume` reads the CSV.
+- A commit writes only its case, so a sweep writes each byte about once. Opening the sink
+  writes every file whole (temp file + rename); so does, rarely, a case that brings a column
+  the CSV header lacks (a backend parameter or condition not seen before) or that replaces
+  the rows of a resumed case.
+- A torn append is repaired before anything reads the file. SIGKILL can cut a write short,
+  so while cases are appended the second line of an output's lock file holds its committed
+  length (`len(head + body)`, updated after each fsync); the line is blank while the file is
+  whole by construction. A run that takes over the lock of a dead holder cuts the output
+  back to that length and puts the tail back. Until then readers refuse the torn file.
 """
 
 from __future__ import annotations
 
-import csv
 import fcntl
-import glob
-import hashlib
-import io
-import json
-import math
 import os
-import re
 import shlex
 import sys
-import tempfile
 import uuid
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
 
 from attnbench.errors import UsageError
+from attnbench.results.formats import (
+    JSON_TAIL,
+    csv_lines,
+    csv_text,
+    cut_back,
+    env_text,
+    json_lines,
+    json_text,
+    remove_leftover_temps,
+    write_at,
+    write_temp,
+)
 from attnbench.results.interrupts import deferred_interrupts
-
-SCHEMA_VERSION = 2
-
-STATUSES = ("ok", "skipped", "oom", "error", "crashed")
-# A resumed case with one of these statuses is not run again; error and crashed ones are.
-DONE_STATUSES = ("ok", "skipped", "oom")
-
-CONDITION_KEYS = (
-    "cpu_wait", "load_before", "load_after", "cpu_mhz_before", "cpu_mhz_after",
-    "sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "throttle_reasons",
-    "energy_mj_per_call",
-)  # fmt: skip
-
-# The environment fields that decide whether two measurements can be compared.
-FINGERPRINT_KEYS = (
-    "attnbench", "git_revision", "torch", "numba", "device_name", "torch_threads", "platform",
-)  # fmt: skip
+from attnbench.results.read import read_rows
+from attnbench.results.schema import (
+    COLUMNS,
+    DONE_STATUSES,
+    Row,
+    env_sidecar,
+    fingerprint,
+    is_missing,
+    record,
+    record_columns,
+)
 
 
 @dataclass
-class Row:
-    """One measurement. Empty strings / None mean 'not applicable'."""
+class _Lock:
+    """An flock held through `fd` on the lock file `path`. The file's first line names the
+    holder; its second, at `record_at`, is blank or the committed length of the output."""
 
-    study: str  # "time" | "error"
-    backend: str  # canonical spec, e.g. "yoso:m=32,tau=8,seed=0"
-    impl: str  # implementation, e.g. "torch"
-    device: str  # "cpu" | "cuda" | "cuda-sim"
-    dtype: str
-    mode: str  # "fwd" | "bwd" | "fwdbwd" (time); "fwd" (error)
-    inputs: str  # "random" | "clustered" | file name
-    batch: int
-    heads: int
-    seq: int
-    dim: int
-    metric: str  # "time_ms", "first_call_ms", "peak_mib", "radian_vs_yoso_e", ...
-    value: float | None = None  # median for times, mean for errors
-    unit: str = ""
-    p10: float | None = None
-    p90: float | None = None
-    std: float | None = None
-    count: int | None = None  # samples (time) or trials (error) behind `value`
-    samples: list[float] = field(default_factory=list)  # every kept sample
-    status: str = "ok"  # one of STATUSES
-    reason: str = ""  # why a case was skipped or failed, or a warning about it
-    method: str = ""  # how it was measured, e.g. "vmhwm", "trials seeds 0..2"
-    grid_h: int | None = None
-    grid_w: int | None = None
-    stable: bool | None = None  # spread <= the run's --max-spread
-    spread: float | None = None  # IQR / median of the kept samples
-    speedup: float | None = None  # the baseline's median / this row's median
-    baseline: str = ""
-    case_id: str = ""  # stable hash of the case, made by the runner
-    # filled in by ResultSink from the environment record
-    fingerprint: str = ""
-    run_id: str = ""
-    device_name: str = ""
-    threads: int | None = None
-    git_revision: str = ""
-    schema_version: int = SCHEMA_VERSION
-    params: dict = field(default_factory=dict)  # backend parameters, a column each
-    conditions: dict = field(default_factory=dict)  # CONDITION_KEYS measured around the case
-    # an array result (the maps study's attention map): kept in memory, never written
-    array: Any = field(default=None, repr=False, compare=False)
+    path: Path
+    fd: int
+    record_at: int
+    recorded: int | None = None  # what the second line says; None: blank or absent
+    keep: bool = False  # the output could not be cut back: leave the record for the next run
 
 
-COLUMNS = [f.name for f in fields(Row) if f.name not in ("params", "conditions", "array")]
-_INT_COLUMNS = ("batch", "heads", "seq", "dim", "count", "grid_h", "grid_w", "threads")
-_DEFAULTS = {
-    f.name: None if f.default is MISSING else f.default
-    for f in fields(Row)
-    if f.name in COLUMNS and f.name != "samples"
-}
+@dataclass
+class _Output:
+    """A file that cases are appended to: `end` is `len(head + body)`, where the next goes."""
 
-
-def param_column(name: str) -> str:
-    """The column of a backend parameter: its name, or `param_NAME` when that is taken."""
-    return f"param_{name}" if name in COLUMNS or name in CONDITION_KEYS else name
-
-
-def record(row: Row) -> dict:
-    """The flat dict written for a row: fixed columns, then parameters and conditions."""
-    flat = {name: getattr(row, name) for name in COLUMNS}
-    flat["samples"] = _samples(row.samples)
-    flat.update((param_column(k), v) for k, v in row.params.items())
-    flat.update(row.conditions)
-    return flat
-
-
-def row_from_record(flat: dict) -> Row:
-    """The Row behind a flat record (read back or resumed); other columns become params."""
-    values = {k: None if _missing(v) else v for k, v in flat.items()}
-    fixed = {k: v for k, v in values.items() if k in COLUMNS and v is not None}
-    fixed["samples"] = _samples(values.get("samples"))
-    extra = {k: v for k, v in values.items() if k not in COLUMNS and v is not None}
-    conditions = {k: v for k, v in extra.items() if k in CONDITION_KEYS}
-    params = {
-        k.removeprefix("param_") if param_column(k.removeprefix("param_")) == k else k: v
-        for k, v in extra.items()
-        if k not in CONDITION_KEYS
-    }
-    return Row(**fixed, params=params, conditions=conditions)
-
-
-def rows_frame(rows: list[Row]) -> pd.DataFrame:
-    return records_frame([record(r) for r in rows])
-
-
-def records_frame(records: list[dict]) -> pd.DataFrame:
-    """Flat records as a frame: the fixed columns first, then every other column seen."""
-    extra = [k for k in dict.fromkeys(k for r in records for k in r) if k not in COLUMNS]
-    return pd.DataFrame(records, columns=[*COLUMNS, *extra])
-
-
-def fingerprint(env: dict) -> str:
-    """A short hash of the environment fields that decide whether results are comparable."""
-    text = json.dumps([env.get(key) for key in FINGERPRINT_KEYS], default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def env_sidecar(csv_path: Path) -> Path:
-    """The environment record written next to a CSV: results.csv -> results.env.json."""
-    return Path(csv_path).with_suffix(".env.json")
-
-
-# ----------------------------------------------------------------------------- writing
+    path: Path
+    tail: bytes
+    lock: _Lock
+    end: int = 0
 
 
 class ResultSink:
     """Locks its outputs and commits each finished case to all of them in one step.
 
-        with ResultSink(env, csv, json_path, resume=True) as sink:
-            for case in cases:
-                if sink.done(case_id(case)) is None:
-                    sink.add_case(run(case))
-
-    Invariants: while the sink is open no other attnbench run can write the same files; the
-    CSV and the JSON hold the same complete cases after every commit, and no temp file stays.
-    A commit writes every file to a temp file and then renames them in turn with SIGINT and
-    SIGTERM held off, so only SIGKILL (or a power cut) between two renames can leave the
-    JSON one case behind the CSV; every file is complete even then, and `resume` reads the CSV.
+    with ResultSink(env, csv, json_path, resume=True) as sink:
+        for case in cases:
+            if sink.done(case_id(case)) is None:
+                sink.add_case(run(case))
     """
 
     def __init__(
@@ -186,7 +103,11 @@ class ResultSink:
         self.fingerprint = fingerprint(env)
         self.rows: list[Row] = []  # this run's rows
         self.records: list[dict] = []  # every row in the outputs, resumed ones included
-        self._locks: list[tuple[Path, int]] = []
+        self._by_case: dict[str, list[dict]] = {}  # self.records by case_id
+        self._header: list[str] = []  # the CSV's columns
+        self._locks: list[_Lock] = []
+        self._appended: dict[Path, _Output] = {}
+        self._writing: Path | None = None  # the file being written, for the error line
         self._open = False
 
     @property
@@ -197,13 +118,16 @@ class ResultSink:
     def __enter__(self) -> ResultSink:
         try:
             owner = self.env.get("command") or shlex.join(sys.argv)
+            tails = {self.csv: b"", self.json: JSON_TAIL.encode()}
             for path in self.outputs:
-                self._locks.append(_take_lock(path, owner))
+                lock = _take_lock(path, owner, tails.get(path))
+                self._locks.append(lock)
+                if path in tails:
+                    self._appended[path] = _Output(path, tails[path], lock)
             for path in self.outputs:
-                _remove_leftover_temps(path)
-            if self.resume:
-                self.records = self._load()
-            self._commit(self.records, with_env=True)
+                remove_leftover_temps(path)
+            self._set_records(self._load() if self.resume else [])
+            self._commit(self._rewrite, self.records, True)
         except BaseException:
             self._release()
             raise
@@ -219,7 +143,7 @@ class ResultSink:
         """The records of a case already in the outputs, measured in the same environment and
         finished (status ok, skipped or oom), else None. A case is committed whole, so any of
         its rows being present means all are."""
-        found = [r for r in self.records if case_id and r.get("case_id") == case_id]
+        found = self._by_case.get(case_id, []) if case_id else []
         if not found or any(r.get("fingerprint") != self.fingerprint for r in found):
             return None
         if any(r.get("status") not in DONE_STATUSES for r in found):
@@ -236,11 +160,18 @@ class ResultSink:
             row.device_name = self.env.get("device_name") or ""
             row.git_revision = self.env.get("git_revision") or ""
             row.threads = self.env.get("threads", self.env.get("torch_threads"))
+        new = [record(row) for row in rows]
         ids = {row.case_id for row in rows if row.case_id}
-        kept = [r for r in self.records if r.get("case_id") not in ids or self._ours(r)]
-        records = kept + [record(row) for row in rows]
-        self._commit(records)
-        self.records = records
+        replaces = any(not self._ours(r) for i in ids for r in self._by_case.get(i, ()))
+        new_column = self.csv is not None and not set().union(*new) <= set(self._header)
+        if replaces or new_column:
+            kept = [r for r in self.records if r.get("case_id") not in ids or self._ours(r)]
+            self._commit(self._rewrite, kept + new)
+            self._set_records(kept + new)
+        else:
+            self._commit(self._append, new)
+            self.records.extend(new)
+            self._index(new)
         self.rows.extend(rows)
 
     def add(self, row: Row) -> None:
@@ -249,8 +180,17 @@ class ResultSink:
     def _ours(self, flat: dict) -> bool:
         return flat.get("run_id") == self.run_id
 
+    def _set_records(self, records: list[dict]) -> None:
+        self.records, self._by_case = records, {}
+        self._index(records)
+
+    def _index(self, records: list[dict]) -> None:
+        for flat in records:
+            if flat.get("case_id"):
+                self._by_case.setdefault(flat["case_id"], []).append(flat)
+
     def _load(self) -> list[dict]:
-        """The rows to resume from: the CSV, renamed first at each commit, else the JSON."""
+        """The rows to resume from: the CSV, written first at each commit, else the JSON."""
         source = next((p for p in (self.csv, self.json) if p is not None and p.exists()), None)
         if source is None:
             return []
@@ -261,66 +201,101 @@ class ResultSink:
         # a parameter or condition column is empty on rows of backends that lack it
         return [
             {
-                k: None if _missing(v) else v
+                k: None if is_missing(v) else v
                 for k, v in flat.items()
-                if k in COLUMNS or not _missing(v)
+                if k in COLUMNS or not is_missing(v)
             }
             for flat in frame.to_dict("records")
         ]
 
-    def _commit(self, records: list[dict], with_env: bool = False) -> None:
-        texts: dict[Path, str] = {}
-        if self.csv is not None:
-            texts[self.csv] = _csv_text(records)
-            if with_env:
-                texts[env_sidecar(self.csv)] = json.dumps(self.env, indent=2, default=_plain) + "\n"
-        if self.json is not None:
-            texts[self.json] = _json_text(self.env, records)
-        path = None
-        temps: list[tuple[str, Path]] = []
+    def _commit(self, write, *args) -> None:
+        """`write(*args)` with SIGINT and SIGTERM held until it ends. An OSError (a full disk
+        or quota, a file system gone read-only) ends the run with one line; `write` has left
+        the files as they were, with every case committed before."""
         try:
             with deferred_interrupts():
-                try:
-                    for path, text in texts.items():
-                        temps.append((_write_temp(path, text), path))
-                    for tmp, path in temps:
-                        os.replace(tmp, path)
-                except BaseException:
-                    for tmp, _ in temps:
-                        Path(tmp).unlink(missing_ok=True)
-                    raise
-        except OSError as exc:  # a full disk or quota, a file system gone read-only, ...:
-            if exc.errno is None:  # the run ends with one line, the committed cases stay
+                write(*args)
+        except OSError as exc:
+            if exc.errno is None:
                 raise
             cases = len({_case_key(r) for r in self.records})
             raise UsageError(
-                f"cannot write {path}: {os.strerror(exc.errno)}; "
+                f"cannot write {self._writing}: {os.strerror(exc.errno)}; "
                 f"the {cases} completed cases are kept"
             ) from None
 
+    def _rewrite(self, records: list[dict], with_env: bool = False) -> None:
+        """Every output whole: all temp files first, then the renames, the CSV's first."""
+        texts: dict[Path, str] = {}
+        if self.csv is not None:
+            texts[self.csv] = csv_text(records)
+            if with_env:
+                texts[env_sidecar(self.csv)] = env_text(self.env)
+        if self.json is not None:
+            texts[self.json] = json_text(self.env, records)
+        for out in self._appended.values():
+            self._writing = out.path
+            self._record(out.lock, None)  # whole before the rename and after it
+        temps: list[tuple[str, Path]] = []
+        try:
+            for path, text in texts.items():
+                self._writing = path
+                temps.append((write_temp(path, text), path))
+            for tmp, path in temps:
+                self._writing = path
+                os.replace(tmp, path)
+        except BaseException:
+            for tmp, _ in temps:
+                Path(tmp).unlink(missing_ok=True)
+            raise
+        for path, out in self._appended.items():
+            out.end = len(texts[path].encode()) - len(out.tail)
+        self._header = record_columns(records)
+
+    def _append(self, new: list[dict]) -> None:
+        """The case's text and the tail written at each output's end, the CSV's first; on any
+        failure every output is cut back to its end before the case."""
+        texts: dict[Path, str] = {}
+        if self.csv is not None:
+            texts[self.csv] = csv_lines(new, self._header)
+        if self.json is not None:
+            texts[self.json] = json_lines(new, first=not self.records)
+        started: list[tuple[_Output, int]] = []
+        try:
+            for path, text in texts.items():
+                out, data = self._appended[path], text.encode()
+                self._writing = path
+                self._record(out.lock, out.end)  # where to cut back to, should the write tear
+                started.append((out, out.end))
+                write_at(path, out.end, data + out.tail)
+                out.end += len(data)
+                self._record(out.lock, out.end)
+        except BaseException:
+            for out, end in reversed(started):
+                self._cut_back(out, end)
+            raise
+
+    def _cut_back(self, out: _Output, end: int) -> None:
+        try:
+            self._record(out.lock, end)
+            cut_back(out.path, end, out.tail)
+        except OSError:
+            out.lock.keep = True  # the next run to take the lock cuts the file back
+        out.end = end
+
+    def _record(self, lock: _Lock, end: int | None) -> None:
+        """Put `end` (None: blank) in the lock file's second line."""
+        if lock.recorded != end:
+            text = " " * _RECORD_WIDTH if end is None else f"{end:{_RECORD_WIDTH}d}"
+            os.pwrite(lock.fd, f"{text}\n".encode(), lock.record_at)
+            lock.recorded = end
+
     def _release(self) -> None:
         while self._locks:
-            lock, fd = self._locks.pop()
-            lock.unlink(missing_ok=True)
-            os.close(fd)
-
-
-def _csv_text(records: list[dict]) -> str:
-    frame = records_frame(records)
-    frame["samples"] = frame["samples"].map(lambda s: json.dumps(_samples(s)))
-    return frame.to_csv(index=False)
-
-
-def _json_text(env: dict, records: list[dict]) -> str:
-    """The JSON document, one row per line so that long sweeps stay readable and diffable."""
-    rows = ",\n".join(json.dumps(r, default=_plain) for r in records)
-    env_text = json.dumps(env, indent=2, default=_plain)
-    return f'{{"schema_version": {SCHEMA_VERSION},\n"env": {env_text},\n"rows": [\n{rows}\n]}}\n'
-
-
-def _plain(value):
-    """numpy scalars and other strays as JSON values."""
-    return value.item() if hasattr(value, "item") else str(value)
+            lock = self._locks.pop()
+            if not lock.keep:
+                lock.path.unlink(missing_ok=True)
+            os.close(lock.fd)
 
 
 def _case_key(flat: dict):
@@ -329,48 +304,18 @@ def _case_key(flat: dict):
     )
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file in the same directory, then rename."""
-    os.replace(_write_temp(Path(path), text), path)
+# ----------------------------------------------------------------------------- locks
+
+_RECORD_WIDTH = 20
 
 
-def _write_temp(path: Path, text: str) -> str:
-    """`text` in a new hidden temp file beside `path` (`.NAME.XXXXXXXX.tmp`); its name.
-
-    The data reach the disk before the caller renames the file over `path`, so a machine that
-    stops just after the rename leaves the old or the new file, never an empty one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _remove_leftover_temps(path: Path) -> None:
-    """Delete the temp files a killed run left beside `path` (call while holding its lock)."""
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        if pattern.fullmatch(leftover.name):
-            leftover.unlink(missing_ok=True)
-
-
-def _take_lock(path: Path, owner: str) -> tuple[Path, int]:
+def _take_lock(path: Path, owner: str, tail: bytes | None = None) -> _Lock:
     """An exclusive flock on `.NAME.lock` beside `path`, the file holding our pid and command.
 
     The kernel drops an flock when its holder dies, so a lock file left by a killed run is
-    simply taken over; a live holder is named in the error.
+    simply taken over, after cutting `path` back to the committed length it recorded (`tail`:
+    the tail `path` ends with; None for a file that is only written whole). A live holder is
+    named in the error.
     """
     lock = path.with_name(f".{path.name}.lock")
     while True:
@@ -381,9 +326,9 @@ def _take_lock(path: Path, owner: str) -> tuple[Path, int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").partition("\n")[0]
             os.close(fd)
-            pid, _, command = holder.partition(" ")
+            pid, _, command = holder.strip().partition(" ")
             who = f"pid {pid}: {command}" if command else f"pid {pid or 'unknown'}"
             raise UsageError(f"{path} is being written by another attnbench run ({who})") from None
         except BaseException:
@@ -397,105 +342,31 @@ def _take_lock(path: Path, owner: str) -> tuple[Path, int]:
         if same:
             break
         os.close(fd)
-    text = f"{os.getpid()} {' '.join(owner.split())[:200]}\n".encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, text, 0)
-    return lock, fd
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def read_rows(path: Path) -> pd.DataFrame:
-    """Read a CSV or JSON result file, schema 1 or 2, into a frame with the schema 2 columns
-    first (samples as lists of floats), then the parameter and condition columns."""
-    path = Path(path)
-    if path.suffix.lower() == ".json":
-        doc = json.loads(path.read_text())
-        rows = doc.get("rows") if isinstance(doc, dict) else None
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise ValueError(f"{path} is not an attnbench result file")
-        df = pd.DataFrame(rows)
-    else:
-        text = path.read_text()
-        _check_complete(text, path)
-        df = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
-    missing = [c for c in ("study", "backend", "seq", "metric", "value", "status") if c not in df]
-    if missing:
-        raise ValueError(f"{path} is not an attnbench result file (missing {', '.join(missing)})")
-    return _as_v2(df)
-
-
-def _check_complete(text: str, path: Path) -> None:
-    """Refuse a CSV whose last row was cut off (a writer killed mid-row, a copy cut short):
-    its missing fields would otherwise read as empty values."""
-    reader = csv.reader(io.StringIO(text), strict=True)
     try:
-        header = next(reader, [])
-        last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
-        for fields_ in reader:
-            if fields_ and len(fields_) < len(header):
-                n, count = reader.line_num, f"{len(fields_)} of {len(header)} fields"
-                if n == last_line:
-                    raise ValueError(f"{path.name} is truncated at line {n} ({count})")
-                raise ValueError(f"{path.name}: line {n} has {count}")
-    except csv.Error as exc:
-        if not text.endswith("\n"):
-            raise ValueError(
-                f"{path.name} is truncated at line {reader.line_num} ({exc})"
-            ) from None
-        raise ValueError(f"{path.name}: bad CSV at line {reader.line_num} ({exc})") from None
+        if tail is not None:
+            _repair(path, _recorded_end(os.pread(fd, 4096, 0)), tail)
+        line = f"{os.getpid()} {' '.join(owner.split())[:200]}\n".encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+    except BaseException:
+        os.close(fd)  # the lock file, and a record in it, stay for the next run
+        raise
+    return _Lock(lock, fd, len(line))
 
 
-_GRID = re.compile(r" (\d+)x(\d+)$")
-_V1_METHOD = re.compile(r"method=(?P<method>.+)|(?P<trials>trials use seeds .+)")
+def _recorded_end(held: bytes) -> int | None:
+    """The committed length in a lock file's second line, if there is one."""
+    second = held.split(b"\n")[1:2]
+    text = second[0].strip() if second else b""
+    return int(text) if text.isdigit() else None
 
 
-def _as_v2(df: pd.DataFrame) -> pd.DataFrame:
-    """Add the schema 2 columns a schema 1 file lacks; move its grid and method into them."""
-    df = df.copy()
-    if "schema_version" not in df:
-        df["schema_version"] = 1
-    for name, default in _DEFAULTS.items():
-        if name not in df:
-            df[name] = default
-    df["samples"] = df["samples"].map(_samples) if "samples" in df else [[]] * len(df)
-    old = pd.to_numeric(df["schema_version"], errors="coerce").fillna(1) < 2
-    if old.any():
-        grid = df["inputs"].astype(str).str.extract(_GRID).astype(float)
-        no_grid = old & df["grid_h"].isna()
-        df[["grid_h", "grid_w"]] = df[["grid_h", "grid_w"]].astype(object)
-        df.loc[no_grid, ["grid_h", "grid_w"]] = grid[no_grid].to_numpy()
-        found = df["reason"].astype(object).fillna("").astype(str).str.extract(_V1_METHOD)
-        method = found["method"].fillna(found["trials"])
-        moved = old & method.notna()
-        df[["method", "reason"]] = df[["method", "reason"]].astype(object)
-        df.loc[moved, "method"] = method[moved]
-        df.loc[moved, "reason"] = ""
-    for name in _INT_COLUMNS:
-        try:
-            df[name] = df[name].astype("Int64")
-        except (TypeError, ValueError):
-            pass  # not whole numbers: left as read
-    extra = [c for c in df.columns if c not in COLUMNS]
-    return df[[*COLUMNS, *extra]]
-
-
-def _samples(value) -> list[float]:
-    """Samples as floats, from a list, a JSON list text (v2) or a space-separated text (v1)."""
-    if isinstance(value, list | tuple):
-        return [float(x) for x in value]
-    if _missing(value):
-        return []
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            return [float(x) for x in json.loads(text)]
-        return [float(x) for x in text.split()]
-    return [float(value)]
-
-
-def _missing(value) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    return isinstance(value, float) and math.isnan(value)
+def _repair(path: Path, end: int | None, tail: bytes) -> None:
+    """Cut `path` back to `end` and its tail: a writer that died mid-append left more."""
+    try:
+        if end is not None and os.stat(path).st_size >= end:  # else not the file recorded
+            cut_back(path, end, tail)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise UsageError(f"cannot repair {path}, cut off by a killed run: {exc.strerror}") from None

@@ -1,0 +1,93 @@
+"""Reading result files back: CSV or JSON, schema 1 or 2, always as a schema 2 frame.
+
+Invariant: `read_rows` gives the fixed `COLUMNS` first, in order, then the parameter and
+condition columns; it refuses a file that is not a result file or a CSV whose last row was
+cut off, rather than reading the missing fields as empty values.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from attnbench.results.schema import COLUMNS, DEFAULTS, INT_COLUMNS, as_samples
+
+
+def read_rows(path: Path) -> pd.DataFrame:
+    """Read a CSV or JSON result file, schema 1 or 2, into a frame with the schema 2 columns
+    first (samples as lists of floats), then the parameter and condition columns."""
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        doc = json.loads(path.read_text())
+        rows = doc.get("rows") if isinstance(doc, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ValueError(f"{path} is not an attnbench result file")
+        df = pd.DataFrame(rows)
+    else:
+        text = path.read_text()
+        _check_complete(text, path)
+        df = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+    missing = [c for c in ("study", "backend", "seq", "metric", "value", "status") if c not in df]
+    if missing:
+        raise ValueError(f"{path} is not an attnbench result file (missing {', '.join(missing)})")
+    return _as_v2(df)
+
+
+def _check_complete(text: str, path: Path) -> None:
+    """Refuse a CSV whose last row was cut off (a writer killed mid-row, a copy cut short):
+    its missing fields would otherwise read as empty values."""
+    reader = csv.reader(io.StringIO(text), strict=True)
+    try:
+        header = next(reader, [])
+        last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
+        for fields_ in reader:
+            if fields_ and len(fields_) < len(header):
+                n, count = reader.line_num, f"{len(fields_)} of {len(header)} fields"
+                if n == last_line:
+                    raise ValueError(f"{path.name} is truncated at line {n} ({count})")
+                raise ValueError(f"{path.name}: line {n} has {count}")
+    except csv.Error as exc:
+        if not text.endswith("\n"):
+            raise ValueError(
+                f"{path.name} is truncated at line {reader.line_num} ({exc})"
+            ) from None
+        raise ValueError(f"{path.name}: bad CSV at line {reader.line_num} ({exc})") from None
+
+
+_GRID = re.compile(r" (\d+)x(\d+)$")
+_V1_METHOD = re.compile(r"method=(?P<method>.+)|(?P<trials>trials use seeds .+)")
+
+
+def _as_v2(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the schema 2 columns a schema 1 file lacks; move its grid and method into them."""
+    df = df.copy()
+    if "schema_version" not in df:
+        df["schema_version"] = 1
+    for name, default in DEFAULTS.items():
+        if name not in df:
+            df[name] = default
+    df["samples"] = df["samples"].map(as_samples) if "samples" in df else [[]] * len(df)
+    old = pd.to_numeric(df["schema_version"], errors="coerce").fillna(1) < 2
+    if old.any():
+        grid = df["inputs"].astype(str).str.extract(_GRID).astype(float)
+        no_grid = old & df["grid_h"].isna()
+        df[["grid_h", "grid_w"]] = df[["grid_h", "grid_w"]].astype(object)
+        df.loc[no_grid, ["grid_h", "grid_w"]] = grid[no_grid].to_numpy()
+        found = df["reason"].astype(object).fillna("").astype(str).str.extract(_V1_METHOD)
+        method = found["method"].fillna(found["trials"])
+        moved = old & method.notna()
+        df[["method", "reason"]] = df[["method", "reason"]].astype(object)
+        df.loc[moved, "method"] = method[moved]
+        df.loc[moved, "reason"] = ""
+    for name in INT_COLUMNS:
+        try:
+            df[name] = df[name].astype("Int64")
+        except (TypeError, ValueError):
+            pass  # not whole numbers: left as read
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return df[[*COLUMNS, *extra]]
