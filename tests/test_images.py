@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from attnbench.errors import UsageError
-from attnbench.inputs.images import IMAGES, grid_qkv, load_image, patch_features
+from attnbench.inputs import grid_qkv
+from attnbench.inputs.images import IMAGES, load_image, patch_features
 
 
 @pytest.mark.parametrize("name", IMAGES)

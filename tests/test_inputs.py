@@ -5,7 +5,9 @@ import torch.nn.functional as F
 
 from attnbench.backends.softmax import softmax_weights
 from attnbench.errors import UsageError
-from attnbench.inputs import CLUSTERS, Inputs, clustered_qkv, load_qkv
+from attnbench.inputs import Inputs, clustered_qkv, grid_qkv
+from attnbench.inputs.files import load_qkv
+from attnbench.inputs.generated import CLUSTERS
 
 
 @pytest.mark.parametrize("kind", ["random", "clustered", "clustered:size=4"])
@@ -85,3 +87,83 @@ def test_pt_inputs(tmp_path):
     t = torch.randn(2, 3, 5, 4)
     torch.save({"q": t, "k": t, "v": t}, path)
     assert load_qkv(path)[0].shape == (2, 3, 5, 4)
+
+
+FAMILIES = ["base", "files", "generated", "images", "models"]
+
+
+def test_inputs_modules_import_only_downward():
+    """base imports no other inputs module, the families only base, and the registry (and
+    the package) the families: no module of attnbench.inputs reaches itself through another."""
+    import grimp
+
+    graph = grimp.build_graph("attnbench")
+    modules = sorted(m for m in graph.modules if m.startswith("attnbench.inputs"))
+    assert modules == ["attnbench.inputs", *(f"attnbench.inputs.{m}" for m in FAMILIES),
+                       "attnbench.inputs.registry"]  # fmt: skip
+    for family in FAMILIES:
+        for above in ("attnbench.inputs", "attnbench.inputs.registry"):
+            assert graph.find_shortest_chain(f"attnbench.inputs.{family}", above) is None
+    for a in modules:
+        for b in modules:
+            if a != b:
+                assert not (graph.find_shortest_chain(a, b) and graph.find_shortest_chain(b, a))
+    below = graph.find_modules_that_directly_import("attnbench.inputs.base")
+    assert {f"attnbench.inputs.{m}" for m in FAMILIES[1:]} <= below
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("random", "RandomInputs"),
+        ("clustered", "ClusteredInputs"),
+        ("clustered:size=3", "ClusteredInputs"),
+        ("model:minilm", "ModelInputs"),
+        ("blobs", "BlobsInputs"),
+        ("image:camera", "ImageInputs"),
+        ("svd:camera", "SvdInputs"),
+        ("three-blobs", "ThreeBlobsInputs"),
+        ("some/dir/qkv.npz", "FileInputs"),
+        ("image:x.npz", "ImageInputs"),  # a kind's prefix wins over a file suffix
+        ("randomx", None),
+        ("image", None),
+    ],
+)
+def test_one_registry_names_every_kind(text, kind):
+    from attnbench.inputs import source_class
+
+    cls = source_class(text)
+    assert (cls.__name__ if cls else None) == kind
+
+
+def test_an_unknown_kind_lists_every_kind():
+    with pytest.raises(UsageError) as info:
+        Inputs("noise", 1, 1, 4)
+    assert str(info.value) == (
+        "--inputs: noise is not a .npz or .pt file, nor one of random, clustered, "
+        "clustered:size=N, model:minilm, blobs, image:NAME, svd:NAME, three-blobs"
+    )
+
+
+@pytest.mark.parametrize("text", ["blobs", "image:camera", "svd:camera", "three-blobs"])
+def test_pictures_are_one_picture_one_head_drawn_on_the_grid(text):
+    src = Inputs(text, 2, 3, 4)
+    assert (src.batch, src.heads, src.dim, src.on_grid, src.fixed_shape) == (1, 1, 4, True, False)
+    assert src.label == text
+    q, k, v = src.make(8, 1, torch.float64, "cpu", (2, 4))
+    want = grid_qkv(text, 2, 4, 4, seed=1)
+    assert all(torch.equal(a, b.double()) for a, b in zip((q, k, v), want, strict=True))
+    with pytest.raises(UsageError, match=f"--inputs {text} needs --grid HxW"):
+        src.make(8, 1, torch.float32, "cpu")
+
+
+@pytest.mark.parametrize("text", ["random", "clustered:size=2", "blobs", "svd:camera"])
+def test_sources_pickle_to_the_same_inputs(text):
+    import pickle
+
+    src = Inputs(text, 1, 2, 4)
+    copy = pickle.loads(pickle.dumps(src))
+    assert type(copy) is type(src) and copy.label == src.label
+    a = src.make(4, 0, torch.float32, "cpu", (2, 2))
+    b = copy.make(4, 0, torch.float32, "cpu", (2, 2))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))

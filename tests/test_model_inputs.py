@@ -196,7 +196,7 @@ def test_model_source_pickles_without_its_weights(stand_in):
     src = Inputs("model:minilm", 1, 1, 1)
     a = src.make(8, 0, torch.float32, "cpu")
     copy = pickle.loads(pickle.dumps(src))
-    assert copy.data._model is None and copy.data._windows == {}
+    assert copy._model is None and copy._windows == {}
     assert torch.equal(copy.make(8, 0, torch.float32, "cpu")[0], a[0])
 
 

@@ -1,7 +1,7 @@
-"""Images as attention inputs (SCRAM seed, Figs. 2-4): queries, keys and values are H x W
-grids of d-dimensional vectors, row-major (token p = y * W + x), built from a real
-photograph or from smooth synthetic blobs, so attention maps have the spatial coherence
-PatchMatch relies on.
+"""Images as attention inputs (SCRAM seed, Figs. 2-4): `blobs`, `image:NAME`, `svd:NAME`
+and `three-blobs`. Queries, keys and values are H x W grids of d-dimensional vectors,
+row-major (token p = y * W + x), built from a real photograph or from smooth synthetic
+blobs, so attention maps have the spatial coherence PatchMatch relies on.
 
 A photograph becomes vectors as the seed does, by a low-rank SVD: every pixel's
 (2r+1) x (2r+1) grey-level patch, centred, projected on the top d singular directions of
@@ -26,13 +26,12 @@ import numpy as np
 import torch
 
 from attnbench.errors import UsageError
-from attnbench.inputs import Inputs
+from attnbench.inputs.base import Source
 
 # Sample images whose files ship inside scikit-image's wheel (nothing is downloaded).
 IMAGES = ("astronaut", "brick", "camera", "chelsea", "coffee", "coins", "grass", "moon", "rocket")
 PATCH_RADIUS = 1
-# Sources drawn on a grid besides "image:NAME": smooth random blobs, and the two figure inputs.
-SVD_PREFIX, THREE_BLOBS = "svd:", "three-blobs"
+SHARPNESS = 4.0  # the spread of the scores q.k / sqrt(d) of every picture
 # `svd:NAME` builds and decomposes an n x n image: dense, so n is kept to map sizes.
 MAX_SVD_TOKENS = 4096
 # Fig. 3's blobs: centre (y, x) as a fraction of the grid, width as a fraction of the longer
@@ -51,31 +50,10 @@ def image_shape(name: str) -> tuple[int, int]:
     return getattr(skimage.data, name)().shape[:2]
 
 
-def check_resize(source: str, height: int, width: int) -> None:
-    """An H x W grid of "image:NAME" stretches the photograph at most MAX_UPSCALE times per side
-    (blobs are drawn at any size)."""
-    if source.startswith(SVD_PREFIX):
-        name = source.removeprefix(SVD_PREFIX)
-        if name not in IMAGES:
-            raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
-        if height * width > MAX_SVD_TOKENS:
-            raise UsageError(
-                f"--grid {height}x{width}: {source} decomposes an n x n image, "
-                f"at most {MAX_SVD_TOKENS} tokens"
-            )
-        return
-    if not source.startswith("image:"):
-        return
-    name = source.removeprefix("image:")
+def check_image(name: str) -> None:
+    """`name` is one of the bundled IMAGES."""
     if name not in IMAGES:
         raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
-    image_h, image_w = image_shape(name)
-    if height > MAX_UPSCALE * image_h or width > MAX_UPSCALE * image_w:
-        raise UsageError(
-            f"--grid {height}x{width}: {name} is {image_h}x{image_w} pixels; a grid may "
-            f"stretch it at most {MAX_UPSCALE} times per side, to "
-            f"{MAX_UPSCALE * image_h}x{MAX_UPSCALE * image_w}"
-        )
 
 
 def build_bytes(height: int, width: int, d: int) -> int:
@@ -173,57 +151,107 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))[None, None]
 
 
-def grid_qkv(
-    source: str, height: int, width: int, d: int, seed: int = 0, sharpness: float = 4.0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k [1, 1, H*W, d] and v [1, 1, H*W, 3] from "image:NAME", "blobs", "svd:NAME" or
-    "three-blobs"."""
-    if source.startswith(SVD_PREFIX):
-        check_resize(source, height, width)
-        q, k, v = svd_qkv(source.removeprefix(SVD_PREFIX), height * width, d)
-        q, k = _scaled(q, k, sharpness)
-        return _tensor(q), _tensor(k), _tensor(v)
-    if source == THREE_BLOBS:
-        q, k, v = three_blobs_qkv(height, width, d, seed)
-        # a query far from the blobs scores the strongest blob's centre about `sharpness`
-        factor = np.sqrt(sharpness * np.sqrt(d) / max(float(k[:, 0].max()), 1e-12))
-        q, k = q * factor, k * factor
-        return _tensor(q), _tensor(k), _tensor(v)
-    if source == "blobs":
-        features = blob_field(height, width, d, seed)
-        colours = blob_field(height, width, 3, seed + 1)
-    elif source.startswith("image:"):
-        image = load_image(source.removeprefix("image:"), height, width)
-        features = patch_features(image.mean(axis=-1), d)
-        colours = image.reshape(height * width, 3)
-    else:
-        raise UsageError(
-            f"unknown grid input {source!r}; use blobs, image:NAME, svd:NAME or {THREE_BLOBS}"
-        )
-    # Scores q.k / sqrt(d) spread over about `sharpness`: attention is peaked, not flat.
+def _features_qkv(features: np.ndarray, colours: np.ndarray, sharpness: float):
+    """Self-attention over per-pixel features: q = k = the features scaled so that scores
+    q.k / sqrt(d) spread over about `sharpness` (peaked, not flat); v = the colours."""
+    d = features.shape[1]
     scale = np.sqrt(sharpness * np.sqrt(d)) / max(float(features.std()) * np.sqrt(d), 1e-12)
     q = torch.from_numpy((features * scale).astype(np.float32))[None, None]
     v = torch.from_numpy(np.ascontiguousarray(colours))[None, None]
     return q, q.clone(), v
 
 
-FIGURE_SOURCES = (SVD_PREFIX + "NAME", THREE_BLOBS)
+class GridInputs(Source):
+    """A picture: q, k [1, 1, H*W, d] and v [1, 1, H*W, 3] on an H x W grid, one picture
+    and one head (a study repeats it over its batch and heads)."""
+
+    on_grid = True
+
+    def __init__(self, kind: str, batch: int, heads: int, dim: int):
+        super().__init__(kind, 1, 1, dim)
+
+    def grid_qkv(
+        self, height: int, width: int, seed: int = 0, sharpness: float = SHARPNESS
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # pragma: no cover - abstract
+        """q, k, v of the picture on an H x W grid, scores spread over about `sharpness`."""
+        raise NotImplementedError
+
+    def draw(self, n, seed, grid):
+        if grid is None:
+            raise UsageError(f"--inputs {self.kind} needs --grid HxW")
+        return self.grid_qkv(grid[0], grid[1], seed)
 
 
-def is_figure_source(source: str) -> bool:
-    """`svd:NAME` or `three-blobs`: the SCRAM figure inputs, made on a grid by grid_qkv."""
-    return source == THREE_BLOBS or source.startswith(SVD_PREFIX)
+class BlobsInputs(GridInputs):
+    """`blobs`: smooth random blobs as features and as colours, any grid size."""
+
+    names = usage = ("blobs",)
+
+    def grid_qkv(self, height, width, seed=0, sharpness=SHARPNESS):
+        features = blob_field(height, width, self.dim, seed)
+        colours = blob_field(height, width, 3, seed + 1)
+        return _features_qkv(features, colours, sharpness)
 
 
-class FigureInputs(Inputs):
-    """`Inputs` for a figure source: one picture, one head, made by grid_qkv on the grid."""
+class ImageInputs(GridInputs):
+    """`image:NAME`: a bundled photograph's patch features, its pixels' colours as values."""
 
-    def __init__(self, source: str, dim: int):
-        if source.startswith(SVD_PREFIX) and source.removeprefix(SVD_PREFIX) not in IMAGES:
-            name = source.removeprefix(SVD_PREFIX)
-            raise UsageError(f"--inputs: unknown image {name!r}; valid: {', '.join(IMAGES)}")
-        self.kind, self.batch, self.heads, self.dim, self.data = source, 1, 1, dim, None
+    names, usage = ("image:",), ("image:NAME",)
 
-    @property
-    def on_grid(self) -> bool:
-        return True
+    def __init__(self, kind: str, batch: int, heads: int, dim: int):
+        super().__init__(kind, batch, heads, dim)
+        self.image = kind.removeprefix("image:")
+        check_image(self.image)
+
+    def check_grid(self, height: int, width: int) -> None:
+        """The grid stretches the photograph at most MAX_UPSCALE times per side."""
+        image_h, image_w = image_shape(self.image)
+        if height > MAX_UPSCALE * image_h or width > MAX_UPSCALE * image_w:
+            raise UsageError(
+                f"--grid {height}x{width}: {self.image} is {image_h}x{image_w} pixels; a grid "
+                f"may stretch it at most {MAX_UPSCALE} times per side, to "
+                f"{MAX_UPSCALE * image_h}x{MAX_UPSCALE * image_w}"
+            )
+
+    def grid_qkv(self, height, width, seed=0, sharpness=SHARPNESS):
+        image = load_image(self.image, height, width)
+        features = patch_features(image.mean(axis=-1), self.dim)
+        return _features_qkv(features, image.reshape(height * width, 3), sharpness)
+
+
+class SvdInputs(GridInputs):
+    """`svd:NAME` (SCRAM Fig. 2): the rank-d SVD factors of the photograph, see svd_qkv."""
+
+    names, usage = ("svd:",), ("svd:NAME",)
+
+    def __init__(self, kind: str, batch: int, heads: int, dim: int):
+        super().__init__(kind, batch, heads, dim)
+        self.image = kind.removeprefix("svd:")
+        check_image(self.image)
+
+    def check_grid(self, height: int, width: int) -> None:
+        """The n x n image decomposed is dense: n is kept to map sizes."""
+        if height * width > MAX_SVD_TOKENS:
+            raise UsageError(
+                f"--grid {height}x{width}: {self.kind} decomposes an n x n image, "
+                f"at most {MAX_SVD_TOKENS} tokens"
+            )
+
+    def grid_qkv(self, height, width, seed=0, sharpness=SHARPNESS):
+        self.check_grid(height, width)
+        q, k, v = svd_qkv(self.image, height * width, self.dim)
+        q, k = _scaled(q, k, sharpness)
+        return _tensor(q), _tensor(k), _tensor(v)
+
+
+class ThreeBlobsInputs(GridInputs):
+    """`three-blobs` (SCRAM Fig. 3): three key blobs of unequal strength, see three_blobs_qkv."""
+
+    names = usage = ("three-blobs",)
+
+    def grid_qkv(self, height, width, seed=0, sharpness=SHARPNESS):
+        q, k, v = three_blobs_qkv(height, width, self.dim, seed)
+        # a query far from the blobs scores the strongest blob's centre about `sharpness`
+        factor = np.sqrt(sharpness * np.sqrt(self.dim) / max(float(k[:, 0].max()), 1e-12))
+        q, k = q * factor, k * factor
+        return _tensor(q), _tensor(k), _tensor(v)

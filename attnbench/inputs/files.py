@@ -1,0 +1,88 @@
+"""Inputs read from a file: q, k and v arrays in a .npz or .pt, cut to the first n tokens.
+
+The file sets batch, heads and dim (the options given are ignored) and holds at most its
+own number of tokens. It is read once, when the source is built, and checked then, so a
+bad file is a one-line error before any work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnbench.errors import UsageError
+from attnbench.inputs.base import Source
+
+FILE_SUFFIXES = (".npz", ".pt")
+
+
+def load_qkv(path: Path) -> list[torch.Tensor]:
+    """Read q, k, v from .npz or .pt; accept [n, d], [H, n, d] or [B, H, n, d]; validate."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"--inputs: file {path} does not exist")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as data:
+                raw = {key: torch.from_numpy(data[key]) for key in data.files}
+        else:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
+        raise UsageError(f"--inputs: cannot read {path}: {exc}") from None
+    if not isinstance(raw, dict) or any(key not in raw for key in "qkv"):
+        raise UsageError(f"--inputs: {path} must hold arrays named q, k and v")
+    tensors = []
+    for key in "qkv":
+        try:
+            t = torch.as_tensor(raw[key])
+        except (TypeError, ValueError, RuntimeError):
+            raise UsageError(f"--inputs: {key} in {path} is not a numeric array") from None
+        if not t.is_floating_point():
+            raise UsageError(f"--inputs: {key} in {path} is not a floating-point array")
+        if t.dim() not in (2, 3, 4):
+            raise UsageError(f"--inputs: {key} in {path} has {t.dim()} dims; want 2, 3 or 4")
+        if t.numel() == 0:
+            raise UsageError(f"--inputs: {key} in {path} is empty, shape {tuple(t.shape)}")
+        while t.dim() < 4:
+            t = t.unsqueeze(0)
+        if not torch.isfinite(t).all():
+            raise UsageError(f"--inputs: {key} in {path} contains NaN or inf")
+        tensors.append(t)
+    q, k, v = tensors
+    if q.shape != k.shape or k.shape[:3] != v.shape[:3]:
+        raise UsageError(
+            f"--inputs: mismatched shapes in {path}: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)} (q and k must match; v must share batch, heads and n)"
+        )
+    return tensors
+
+
+class FileInputs(Source):
+    """A .npz or .pt path (any text with one of FILE_SUFFIXES): the file's q, k and v."""
+
+    fixed_shape = True
+
+    def __init__(self, kind: str, batch: int, heads: int, dim: int):
+        tensors = load_qkv(Path(kind))
+        batch, heads, self.max_n, dim = tensors[0].shape
+        super().__init__(kind, batch, heads, dim)
+        self.tensors = tensors
+
+    @classmethod
+    def matches(cls, text: str) -> bool:
+        return Path(text).suffix in FILE_SUFFIXES
+
+    @property
+    def label(self) -> str:
+        return Path(self.kind).name
+
+    def check_lengths(self, seqs: list[int], option: str = "--seq") -> None:
+        if max(seqs) > self.max_n:
+            raise UsageError(
+                f"{option}: {max(seqs)} is longer than the {self.max_n} tokens in {self.label}"
+            )
+
+    def draw(self, n, seed, grid):
+        return [t[:, :, :n] for t in self.tensors]
