@@ -14,14 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
+from attnbench.cli.parse import parse_fraction
 from attnbench.errors import UsageError
-from attnbench.results.sink import Row, rows_frame
-from attnbench.views.compare import (
-    compare_files,
-    parse_samples,
-    parse_threshold,
-    ratio_interval,
-)
+from attnbench.results.schema import Row, rows_frame
+from attnbench.views.compare import compare_files, parse_samples, ratio_interval
 
 runner = CliRunner()
 SEQS = (256, 512, 1024)
@@ -118,6 +114,11 @@ def test_samples_of_both_schemas_and_json():
     assert parse_samples([1.5, 2.0]) == [1.5, 2.0]
     assert parse_samples(np.array([3.0, float("nan")])) == [3.0]
     assert parse_samples("") == parse_samples(None) == parse_samples(float("nan")) == []
+
+
+def parse_threshold(text: str) -> float:
+    """What `attnbench compare --fail-above TEXT` makes of its threshold."""
+    return parse_fraction(text, "--fail-above", "a slowdown")
 
 
 @pytest.mark.parametrize("text, value", [("5%", 0.05), ("0.05", 0.05), ("12.5 %", 0.125)])

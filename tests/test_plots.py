@@ -5,8 +5,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 
-from attnbench.results.sink import Row, read_rows, rows_frame
-from attnbench.views.plots import PLOT_SUFFIXES, _case_parts, _error_figure, _ok_rows, plot_results
+from attnbench.results.read import read_rows
+from attnbench.results.schema import Row, rows_frame
+from attnbench.views.figures import PLOT_SUFFIXES, case_parts, ok_rows
+from attnbench.views.plots import error_figure, plot_results
 
 SEQS = (256, 512, 1024)
 
@@ -152,10 +154,10 @@ def test_study_without_plottable_metric(tmp_path):
 
 
 def test_legend_uses_the_registry_short_label():
-    from attnbench.views.plots import _short_labels
+    from attnbench.views.labels import short_labels
 
     spec = "yoso:m=32,tau=8,seed=0,hash=auto,resample=call,impl=numba,backward=lsh"
-    labels, _ = _short_labels([spec, "sdpa", "not-a-backend:x=1"])
+    labels, _ = short_labels([spec, "sdpa", "not-a-backend:x=1"])
     assert labels == {spec: "yoso-32", "sdpa": "sdpa", "not-a-backend:x=1": "not-a-backend:x=1"}
 
 
@@ -171,7 +173,7 @@ def test_grid_inputs_in_the_title_without_their_size(inputs, title):
             for n, h in ((256, 16), (1024, 32))
         ]  # fmt: skip
     )
-    parts, varying = _case_parts(_ok_rows(rows))
+    parts, varying = case_parts(ok_rows(rows))
     assert title in parts and "inputs" not in varying
 
 
@@ -180,8 +182,8 @@ def _figure_of(monkeypatch, tmp_path, rows, env=None):
     import attnbench.views.plots as plots
 
     saved = {}
-    monkeypatch.setattr(plots, "_atomic_save", lambda fig, path: saved.setdefault("fig", fig))
-    monkeypatch.setattr(plots.plt, "close", lambda fig: None)
+    monkeypatch.setattr(plots, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    monkeypatch.setattr(plt, "close", lambda fig: None)
     plot_results(rows_frame(rows), tmp_path / "f.png", env)
     return saved["fig"]
 
@@ -245,12 +247,11 @@ def test_time_panel_marks_the_mean_of_the_kept_samples(monkeypatch, tmp_path):
 def test_time_table_shows_the_mean_of_the_kept_samples_beside_the_median():
     from rich.console import Console
 
-    from attnbench import get_backend
     from attnbench.views.tables import time_table
 
     row = _row("time", "sdpa", 256, "time_ms", 2.0, p10=1.0, p90=6.0, samples=[1.0, 2.0, 6.0])
     console = Console(width=200, record=True)
-    console.print(time_table([row], get_backend("sdpa"), 0.1))
+    console.print(time_table(rows_frame([row]), "sdpa", 0.1))
     text = console.export_text()
     assert "mean ms" in text
     line = next(ln for ln in text.splitlines() if "256" in ln)
@@ -262,7 +263,7 @@ def test_error_figure_adds_error_vs_m_with_the_inverse_sqrt_line():
         _row("error", f"yoso:m={m},tau=8,seed=0", SEQS[-1], "radian_slope_log2n_vs_yoso_e", 0.01)
         for m in (8, 16, 32)
     ]
-    fig = _error_figure(_ok_rows(rows_frame(rows)))
+    fig = error_figure(ok_rows(rows_frame(rows)))
     try:
         panel = fig.axes[2]  # after the panels vs YOSO-E and vs softmax
         assert panel.get_xscale() == "log" and panel.get_yscale() == "log"
@@ -282,7 +283,7 @@ def test_error_figure_adds_error_vs_m_with_the_inverse_sqrt_line():
 
 def test_no_error_vs_m_panel_with_one_m():
     rows = [r for r in _error_rows(with_softmax=False) if r.backend.startswith("yoso:m=8,")]
-    fig = _error_figure(_ok_rows(rows_frame(rows)))
+    fig = error_figure(ok_rows(rows_frame(rows)))
     try:
         assert len(fig.axes) == 1
     finally:

@@ -1,2 +1,8 @@
 """What a user sees of result rows: terminal tables, figures, comparisons, Markdown reports.
-Views read rows; they never measure."""
+Views read rows; they never measure, and import nothing from cli, studies or run.
+
+Every table and figure reads the frame of `rows_frame(rows)` / `read_rows(path)`, except the
+maps figure (its rows hold arrays, which a frame never does). `labels` names backends and
+`figures` is the toolkit the figures share; `tables`, `plots`, `maps`, `pareto`, `compare`
+and `report` each make one kind of output.
+"""

@@ -13,16 +13,15 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from attnbench.cli.parse import parse_fraction
 from attnbench.errors import UsageError
-from attnbench.results.sink import read_rows
+from attnbench.results.read import read_rows
+from attnbench.views.labels import backend_label
 
 METRICS = ("time_ms",)  # first_call_ms has one sample and peak_mib is not a time
 CASE_KEY = ("backend", "device", "dtype", "mode", "inputs", "batch", "heads", "seq", "dim")
@@ -101,11 +100,6 @@ def parse_samples(value) -> list[float]:
             return []
         value = json.loads(text) if text.startswith("[") else text.split()
     return [s for s in map(float, value) if math.isfinite(s)]
-
-
-def parse_threshold(text: str) -> float:
-    """ "5%" or "0.05" -> 0.05. A bare number is a fraction, so it must be below 1."""
-    return parse_fraction(text, "--fail-above", "a slowdown")
 
 
 def load_times(path: Path) -> pd.DataFrame:
@@ -198,16 +192,6 @@ def ratio_interval(
     return float(low), float(high)
 
 
-@cache
-def _label(spec: str) -> str:
-    from attnbench.backends import get_backend
-
-    try:
-        return get_backend(spec).label
-    except (UsageError, ValueError):
-        return spec
-
-
 _SHORT = {"seq": "n", "batch": "B", "heads": "H", "dim": "d", "grid_h": "h", "grid_w": "w"}
 
 
@@ -217,7 +201,7 @@ def _case_text(key: dict, columns: list[str]) -> str:
 
 
 def _name(key: dict, columns: list[str]) -> str:
-    return f"{_label(key['backend'])} {_case_text(key, columns)}"
+    return f"{backend_label(key['backend'])} {_case_text(key, columns)}"
 
 
 def _percent(fraction: float) -> str:
@@ -230,7 +214,7 @@ def _rows(comparison: Comparison) -> list[tuple[str, ...]]:
     for c in comparison.changes:
         rows.append(
             (
-                _label(c.key["backend"]),
+                backend_label(c.key["backend"]),
                 _case_text(c.key, columns),
                 f"{c.a_median:.3f}",
                 f"{c.b_median:.3f}",

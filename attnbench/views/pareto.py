@@ -13,16 +13,16 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UsageError
-from attnbench.views.plots import (
-    PLOT_SUFFIXES,
-    _atomic_save,
-    _case_parts,
-    _display_name,
-    _new_figure,
-    _normalised,
-    _PlainLogFormatter,
-    _with_env,
+from attnbench.views.figures import (
+    atomic_save,
+    case_parts,
+    figure_path,
+    new_figure,
+    normalised,
+    plain_log_ticks,
+    with_env,
 )
+from attnbench.views.labels import backend_label
 
 DEFAULT_METRIC = "radian_vs_softmax"
 KEYS = ["backend", "seq", "batch", "heads", "dim"]  # what a time row and an error row share
@@ -93,7 +93,7 @@ def unmatched(times: pd.DataFrame, errors: pd.DataFrame, points: pd.DataFrame) -
     seq = int(points["seq"].iloc[0])
     named = set()
     for frame, study, metric in ((times, "time", "time_ms"), (errors, "error", None)):
-        rows = _normalised(frame[frame["study"].astype(str) == study])
+        rows = normalised(frame[frame["study"].astype(str) == study])
         rows = rows[(rows["seq"] == seq) & (rows["status"].astype(str) == "ok")]
         if metric:
             rows = rows[rows["metric"] == metric]
@@ -106,17 +106,15 @@ def plot_pareto(
 ) -> None:
     """Error (y) against median time (x, log) with the p10–p90 time and ± std error bars,
     each point labelled, the front in blue joined by a step line, dominated points in grey."""
-    path = Path(path)
-    if path.suffix.lower() not in PLOT_SUFFIXES:
-        raise UsageError(f"cannot plot to {path.name}: use one of {', '.join(PLOT_SUFFIXES)}")
+    path = figure_path(path)
     import matplotlib.pyplot as plt
 
-    described = _with_env(points.rename(columns={"time_inputs": "inputs"}), env)
-    parts, _ = _case_parts(described)
+    described = with_env(points.rename(columns={"time_inputs": "inputs"}), env)
+    parts, _ = case_parts(described)
     if "error_inputs" in points and set(points["error_inputs"]) != set(points["time_inputs"]):
         parts.append(f"error on {', '.join(sorted(set(points['error_inputs'])))} inputs")
     seq = int(points["seq"].iloc[0])
-    fig, (ax,) = _new_figure(1, f"Approximation error vs runtime at n = {seq}", parts)
+    fig, (ax,) = new_figure(1, f"Approximation error vs runtime at n = {seq}", parts)
     try:
         low = 0.1 * points["error"].max()  # no label goes below a point near the x axis
         for i, p in points.iterrows():  # by time: neighbours' labels go above and below
@@ -127,29 +125,26 @@ def plot_pareto(
             ax.errorbar(p["time_ms"], p["error"], xerr=None if pd.isna(p["p10"]) else xerr,
                         yerr=yerr, marker="o" if p["front"] else "s", color=color,
                         markersize=6, capsize=2, linestyle="none")  # fmt: skip
-            ax.annotate(_display_name(str(p["backend"])), (p["time_ms"], p["error"]),
+            ax.annotate(backend_label(str(p["backend"])), (p["time_ms"], p["error"]),
                         textcoords="offset points", xytext=(5, -11 if below else 4),
                         fontsize="small", color=color)  # fmt: skip
         front = points[points["front"]].sort_values("time_ms")
         ax.step(front["time_ms"], front["error"], where="post", color="C0", alpha=0.5,
                 linewidth=1, label="Pareto front (no backend both faster and closer)")  # fmt: skip
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(_PlainLogFormatter())
-        ax.xaxis.set_minor_formatter(
-            _PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 1))
-        )
+        plain_log_ticks(ax.xaxis, minor_thresholds=(2, 1))
         ax.set_xlabel("time per call (ms), median with p10–p90 bar")
         ax.set_ylabel(f"{_metric_label(metric)}, mean ± std over trials")
         ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)
         fig.legend(loc="outside lower center", frameon=False, fontsize="small")
-        _atomic_save(fig, path)
+        atomic_save(fig, path)
     finally:
         plt.close(fig)
 
 
 def _ok(frame: pd.DataFrame, study: str, metric: str) -> pd.DataFrame:
-    rows = _normalised(frame[frame["study"].astype(str) == study])
+    rows = normalised(frame[frame["study"].astype(str) == study])
     rows = rows[(rows["status"].astype(str) == "ok") & (rows["metric"] == metric)]
     rows = rows.dropna(subset=["value", "seq"]).copy()
     for col in ("batch", "heads", "dim"):
@@ -176,7 +171,7 @@ def render_table(points: pd.DataFrame, metric: str = DEFAULT_METRIC):
         spread = "" if pd.isna(p["p10"]) else f"{p['p10']:.3g}–{p['p90']:.3g}"
         std = "" if pd.isna(p["error_std"]) else f"{p['error_std']:.3g}"
         table.add_row(
-            _display_name(str(p["backend"])), f"{p['time_ms']:.3g}", spread,
+            backend_label(str(p["backend"])), f"{p['time_ms']:.3g}", spread,
             f"{p['error']:.4g}", std, "yes" if p["front"] else "",
         )  # fmt: skip
     return table

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnbench.results.sink import read_rows
+from attnbench.results.read import read_rows
 
 REPORTS = {"yoso.md": ("yoso-", "cpu-time"), "scram.md": ("scram-",), "field.md": ("field-",)}
 TITLES = {
@@ -39,7 +39,7 @@ def write_reports(plots: Path, out: Path) -> list[Path]:
     """Write every report to `out`; returns the paths written. All are rendered before any
     is written, and each replaces its old file in one step, so a failure leaves no report
     half-written."""
-    from attnbench.results.sink import atomic_write
+    from attnbench.results.formats import atomic_write
 
     csvs = sorted(plots.glob("*.csv"))
     texts = {out / report: render_report(report, csvs) for report in REPORTS}
@@ -146,21 +146,18 @@ def time_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bo
     """Rows of (backend, size, median, p10–p90, speed-up vs sdpa, peak MiB, status)."""
     times = frame[frame["metric"] == "time_ms"]
     peaks = frame[frame["metric"] == "peak_mib"]
-    base = {}
-    for _, row in times[times["backend"] == BASELINE].iterrows():
-        if row["status"] == "ok":
-            base[(row["inputs"], int(row["seq"]))] = float(row["value"])
+    speedups = _speedups(times)
     peak = {
         (r["backend"], r["inputs"], int(r["seq"])): r["value"]
         for _, r in peaks.iterrows()
         if r["status"] == "ok"
     }
     rows = []
-    for _, row in times.iterrows():
+    for index, row in times.iterrows():
         key = (row["inputs"], int(row["seq"]))
         ok = row["status"] == "ok"
         value = float(row["value"]) if ok else math.nan
-        speedup = base.get(key, math.nan) / value if ok and key in base else math.nan
+        speedup = speedups[index]
         rows.append(
             [
                 f"`{row['backend']}`",
@@ -172,8 +169,31 @@ def time_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bo
                 _status(row),
             ]
         )
-    header = ["backend", _size_header(frame), "median", "p10 – p90", "vs sdpa", "peak MiB"]
+    header = ["backend", _size_header(frame), "median", "p10 – p90", f"vs {BASELINE}", "peak MiB"]
     return [*header, "status"], rows, [False, True, True, True, True, True, False]
+
+
+def _speedups(times: pd.DataFrame) -> pd.Series:
+    """Each time row's speed-up vs sdpa, by index: the `speedup` its study recorded against
+    sdpa, NaN where it recorded none.
+
+    Schema 1 files predate that column, so their ok rows get the ratio the study would have
+    recorded (`studies.time.Speedups`: sdpa's median over the row's, same file, inputs and
+    n). This reads old data the one way the study defines; schema 2 rows are never recomputed.
+    """
+    recorded = pd.to_numeric(times["speedup"], errors="coerce")
+    speedups = recorded.where(times["baseline"] == BASELINE).astype(float)
+    schema1 = pd.to_numeric(times["schema_version"], errors="coerce").fillna(1) < 2
+    old = times[schema1 & (times["status"] == "ok")]
+    base = {
+        (row["inputs"], int(row["seq"])): float(row["value"])
+        for _, row in old[old["backend"] == BASELINE].iterrows()
+    }
+    for index, row in old.iterrows():
+        key = (row["inputs"], int(row["seq"]))
+        if key in base:
+            speedups[index] = base[key] / float(row["value"])
+    return speedups
 
 
 GROWTH_NOTE = (
