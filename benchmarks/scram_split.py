@@ -31,7 +31,7 @@ from attnbench.kernels.patchmatch import cpu, dispatch
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
 from attnbench.measure.timing import time_call
-from attnbench.results.sink import atomic_write
+from attnbench.results.formats import atomic_write
 
 app = typer.Typer(add_completion=False)
 
@@ -87,7 +87,7 @@ def stages(
 def _check_inputs(kind: str, heads: int, dim: int) -> None:
     """One line and exit code 2 for inputs `stages` cannot make (unknown, or a file)."""
     try:
-        if Inputs(kind, 1, heads, dim).data is None:
+        if not Inputs(kind, 1, heads, dim).fixed_shape:
             return
         message = f"--inputs: {kind} is a file; use random, clustered, blobs or image:NAME"
     except UsageError as exc:

@@ -44,7 +44,7 @@ from attnbench.inputs import random_qkv
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
 from attnbench.measure.timing import time_call
-from attnbench.results.sink import atomic_write
+from attnbench.results.formats import atomic_write
 
 app = typer.Typer(add_completion=False)
 

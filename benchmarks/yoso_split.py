@@ -25,7 +25,7 @@ from attnbench.kernels.lsh import dispatch, reference
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
 from attnbench.measure.timing import time_call
-from attnbench.results.sink import atomic_write
+from attnbench.results.formats import atomic_write
 
 app = typer.Typer(add_completion=False)
 

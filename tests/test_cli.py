@@ -23,13 +23,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
-import attnbench.results.sink as results_module
+import attnbench.results.formats as results_formats
 import attnbench.run.runner as runner_module
 import attnbench.studies.time as time_study
 from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
 from attnbench.measure.metrics import mean_radian
-from attnbench.results.sink import COLUMNS
+from attnbench.results.schema import COLUMNS
 from attnbench.studies.exact import exact_softmax
 
 runner = CliRunner()
@@ -626,21 +626,31 @@ def test_interrupt_says_so_on_stderr(tmp_path, monkeypatch):
 
 
 class _OsWithHalfWrites:
-    """`os` as seen by attnbench.results.sink: CSV writes stop halfway at a chosen row count."""
+    """`os` as seen by attnbench.results.formats: the CSV write, whole (a temp file) or
+    appended, that would bring the CSV to a chosen row count stops halfway."""
 
     def __init__(self, interrupt_at_rows: int):
-        self.interrupt_at_rows = interrupt_at_rows
+        self.interrupt_at_rows, self.csv_rows = interrupt_at_rows, 0
 
     def __getattr__(self, name):
         return getattr(os, name)
 
     def fdopen(self, fd, *args, **kwargs):
-        return _HalfWriter(os.fdopen(fd, *args, **kwargs), self.interrupt_at_rows)
+        return _HalfWriter(os.fdopen(fd, *args, **kwargs), self)
+
+    def pwrite(self, fd, data, offset):  # appended: CSV lines, or JSON rows and the tail
+        data = bytes(data)
+        if not data.startswith((b"\n", b",\n")):
+            self.csv_rows += data.count(b"\n")
+            if self.csv_rows == self.interrupt_at_rows:
+                os.pwrite(fd, data[: len(data) // 2], offset)
+                raise KeyboardInterrupt
+        return os.pwrite(fd, data, offset)
 
 
 class _HalfWriter:
-    def __init__(self, file, interrupt_at_rows: int):
-        self.file, self.interrupt_at_rows = file, interrupt_at_rows
+    def __init__(self, file, fake_os: _OsWithHalfWrites):
+        self.file, self.fake_os = file, fake_os
 
     def __enter__(self):
         return self
@@ -653,16 +663,18 @@ class _HalfWriter:
         return getattr(self.file, name)
 
     def write(self, text: str) -> int:
-        if text.startswith("study,") and text.count("\n") == 1 + self.interrupt_at_rows:
-            self.file.write(text[: len(text) // 2])
-            self.file.flush()
-            raise KeyboardInterrupt
+        if text.startswith("study,"):
+            self.fake_os.csv_rows = text.count("\n") - 1
+            if self.fake_os.csv_rows == self.fake_os.interrupt_at_rows:
+                self.file.write(text[: len(text) // 2])
+                self.file.flush()
+                raise KeyboardInterrupt
         return self.file.write(text)
 
 
 def test_interrupt_during_a_write_leaves_the_previous_complete_file(tmp_path, monkeypatch):
     # a case's three rows are committed together: the write of the second case is cut
-    monkeypatch.setattr(results_module, "os", _OsWithHalfWrites(interrupt_at_rows=6))
+    monkeypatch.setattr(results_formats, "os", _OsWithHalfWrites(interrupt_at_rows=6))
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     result = invoke(
         "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--csv", csv, "--json", js

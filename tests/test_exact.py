@@ -9,13 +9,12 @@ from attnbench.backends import rowblocks
 from attnbench.backends.registry import Backend
 from attnbench.backends.softmax import softmax_weights
 from attnbench.backends.sparse import SparseStrided
-from attnbench.inputs import Inputs
-from attnbench.inputs.images import grid_qkv
+from attnbench.inputs import Inputs, grid_qkv
 from attnbench.kernels.patchmatch import reference
 from attnbench.measure.metrics import argmax_hit_rate, map_metrics, recall_at_k
 from attnbench.run import runner
 from attnbench.studies import error
-from attnbench.studies.error import ErrorSpec, run_error
+from attnbench.studies.error import ErrorSpec
 from attnbench.studies.exact import by_rows, exact_softmax, row_blocks
 
 GRID = (7, 9)  # odd, non-square: blocks end mid-row of the image
@@ -119,7 +118,7 @@ def run_rows(free_bytes, monkeypatch, backends):
         seqs=[], grids=[GRID], hashes=[8], trials=2, mc_seeds=1,
         inputs=Inputs("blobs", 1, 1, 3), backends=backends,
     )  # fmt: skip
-    return [row for batch in run_error(spec) for row in batch]
+    return [row for batch in runner.run(spec) for row in batch]
 
 
 def test_what_cannot_fit_is_skipped_with_its_reason(monkeypatch):

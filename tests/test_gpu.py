@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnbench import get_backend
-from attnbench.inputs.images import grid_qkv
+from attnbench.inputs import grid_qkv
 from attnbench.kernels.patchmatch import dispatch, reference
 from attnbench.measure.metrics import argmax_hit_rate
 

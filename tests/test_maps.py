@@ -7,7 +7,19 @@ from typer.testing import CliRunner
 from attnbench import get_backend
 from attnbench.backends import Backend
 from attnbench.cli import app
-from attnbench.studies.maps import MapsSpec, attention_maps
+from attnbench.run.runner import run
+from attnbench.studies.maps import MapsSpec
+
+
+def attention_maps(spec, failed=None):
+    """label -> map of every backend that drew one; the others' status rows go to `failed`."""
+    maps = {}
+    for row in (row for rows in run(spec) for row in rows):
+        if row.status == "ok":
+            maps[get_backend(row.backend).label] = row.array
+        elif failed is not None:
+            failed.append(row)
+    return maps
 
 
 def test_full_maps_and_one_query_maps_agree():
@@ -77,12 +89,18 @@ def test_figure_inputs_draw_maps(source, grid):
 
 
 def test_map_panels_share_one_colour_scale_and_a_labelled_bar(tmp_path, monkeypatch):
-    from attnbench.views import plots
+    from attnbench.results.schema import Row
+    from attnbench.views import maps as figure
 
     saved = {}
-    monkeypatch.setattr(plots, "_atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    monkeypatch.setattr(figure, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
     maps = {"a": torch.rand(8, 8, dtype=torch.float64) * 0.2, "b": torch.rand(8, 8) * 0.9}
-    plots.plot_maps(maps, "t", tmp_path / "m.png")
+    case = dict(study="maps", impl="torch", device="cpu", dtype="float32", mode="fwd",
+                inputs="blobs", batch=1, heads=1, seq=64, dim=4,
+                metric="attention_map")  # fmt: skip
+    rows = [Row(backend=label, array=amap, **case) for label, amap in maps.items()]
+    rows.insert(1, Row(backend="c", status="error", reason="no map", **case))  # no panel
+    figure.plot_maps(rows, "t", tmp_path / "m.png")
     fig = saved["fig"]
     images = [im for ax in fig.axes for im in ax.get_images()]
     assert len(images) == 2

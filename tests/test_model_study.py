@@ -16,6 +16,7 @@ import attnbench.cli.core as cli
 from attnbench.backends import get_backend
 from attnbench.cli.parse import parse_bytes
 from attnbench.run import runner
+from attnbench.run.executors import classify
 from attnbench.studies import model as study
 
 TINY = study.ModelConfig(layers=1, width=16, hidden=32, heads=2, vocab=32)
@@ -101,7 +102,7 @@ def test_any_other_failure_in_a_step_is_not_taken_for_a_full_memory(monkeypatch)
 
 def test_rows_carry_the_batch_and_per_instance_values_are_per_batch_element(monkeypatch):
     monkeypatch.setattr(study, "step_bytes", lambda _, batch: (batch * 2**20 + 2**20, "fake"))
-    rows = [r for rs in study.run_model(spec(memory_budget=3 * 2**20 + 2**20)) for r in rs]
+    rows = [r for rs in runner.run(spec(memory_budget=3 * 2**20 + 2**20)) for r in rs]
     by = {r.metric: r for r in rows}
     assert set(by) == set(study.METRICS)
     assert all(r.status == "ok" and r.batch == 3 and r.study == "model" for r in rows)
@@ -113,10 +114,10 @@ def test_rows_carry_the_batch_and_per_instance_values_are_per_batch_element(monk
 
 
 def test_a_real_step_is_measured_and_batch_one_too_big_is_an_oom_row():
-    rows = [r for rs in study.run_model(spec(memory_budget=1000)) for r in rs]
+    rows = [r for rs in runner.run(spec(memory_budget=1000)) for r in rs]
     assert len(rows) == 1 and rows[0].status == "oom"
     assert "batch 1 does not fit" in rows[0].reason
-    rows = [r for rs in study.run_model(spec(max_batch=2)) for r in rs]
+    rows = [r for rs in runner.run(spec(max_batch=2)) for r in rs]
     by = {r.metric: r for r in rows}
     assert by["batch"].value == 2 and by["peak_mib"].value > 0
     assert "capped" in by["batch"].reason
@@ -125,12 +126,12 @@ def test_a_real_step_is_measured_and_batch_one_too_big_is_an_oom_row():
 def test_the_default_budget_is_the_free_memory_with_the_runners_headroom(monkeypatch):
     monkeypatch.setattr(study, "available_bytes", lambda _: 10 * 2**20)
     monkeypatch.setattr(study, "step_bytes", lambda _, batch: (batch * 2**20, "fake"))
-    rows = [r for rs in study.run_model(spec(max_batch=64)) for r in rs]
+    rows = [r for rs in runner.run(spec(max_batch=64)) for r in rs]
     assert {r.metric: r for r in rows}["batch"].value == int(runner.HEADROOM * 10)
 
 
 def test_a_backend_without_backward_is_skipped_with_the_reason():
-    rows = [r for rs in study.run_model(spec("softmax,scram")) for r in rs]
+    rows = [r for rs in runner.run(spec("softmax,scram")) for r in rs]
     scram = [r for r in rows if r.backend.startswith("scram")]
     assert len(scram) == 1 and scram[0].status == "skipped"
     assert "no backward" in scram[0].reason
@@ -140,7 +141,9 @@ def test_a_backend_without_backward_is_skipped_with_the_reason():
 def test_the_search_is_reported_while_it_runs(monkeypatch):
     monkeypatch.setattr(study, "step_bytes", lambda _, batch: (batch, "fake"))
     seen = []
-    list(study.run_model(spec(memory_budget=2**20, max_batch=5), report=seen.append))
+    searched = spec(memory_budget=2**20, max_batch=5)
+    searched.report = seen.append
+    list(runner.run(searched))
     assert any("batch 4 fits, trying 5" in text for text in seen)
 
 
@@ -196,4 +199,4 @@ def test_memory_budgets_read_in_binary_units():
 def test_classify_names_the_cpu_allocator_failure_oom():
     """The search relies on the runner's verdict for what counts as out of memory."""
     exc = RuntimeError("DefaultCPUAllocator: can't allocate memory")
-    assert runner.classify(exc)[0] == "oom"
+    assert classify(exc)[0] == "oom"

@@ -8,7 +8,7 @@ import torch
 from numba import njit
 
 from attnbench import get_backend
-from attnbench.inputs.images import grid_qkv
+from attnbench.inputs import grid_qkv
 from attnbench.kernels.patchmatch import core, reference
 from attnbench.kernels.patchmatch.dispatch import patchmatch, window_softmax
 

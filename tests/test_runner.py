@@ -19,11 +19,13 @@ from attnbench.backends.registry import Backend
 from attnbench.cli import app
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
+from attnbench.inputs.generated import RandomInputs
 from attnbench.measure import memory
-from attnbench.results.sink import record
-from attnbench.run import runner
+from attnbench.results.schema import record
+from attnbench.run import executors, runner
 from attnbench.run.case import Case
-from attnbench.run.runner import CaseInputs, InProcess, Isolated, Measure, case_row
+from attnbench.run.executors import CaseInputs, InProcess
+from attnbench.run.study import Cases, Measure, case_row
 
 SEEN: list[str] = []  # cases a measurement ran in this process
 
@@ -71,7 +73,7 @@ def fresh_seen():
 
 
 def rows_of(cases, measure, **kwargs):
-    return [row for rows in runner.run(cases, measure, **kwargs) for row in rows]
+    return [row for rows in runner.run(Cases(cases, measure), **kwargs) for row in rows]
 
 
 # ------------------------------------------------------------------ classification
@@ -106,11 +108,11 @@ def test_every_failure_is_a_status_row_and_the_sweep_goes_on(exc, status, reason
 def test_a_failing_case_frees_its_inputs_and_the_next_case_rebuilds_them():
     cache = CaseInputs()
     case = make_case(n=16, **{"raise": MemoryError()})
-    runner.run_case(case, FAILING, cache)
+    executors.run_case(case, FAILING, cache)
     assert cache._memo == {}
 
 
-class UnbuildableInputs(Inputs):
+class UnbuildableInputs(RandomInputs):
     """Inputs whose generator fails as a large allocation would."""
 
     def make(self, n, seed, dtype, device, grid=None):
@@ -239,7 +241,7 @@ def test_rows_carry_the_case_id():
 def test_isolated_cases_give_the_same_rows_as_in_process():
     cases = [make_case(n=16), make_case("softmax", n=16)]
     here = rows_of(cases, OK)
-    apart = rows_of(cases, OK, executor=Isolated(OK))
+    apart = rows_of(cases, OK, executor="isolated")
     assert [(r.backend, r.value, r.status) for r in apart] == [
         (r.backend, r.value, r.status) for r in here
     ]
@@ -251,7 +253,7 @@ def test_isolated_cases_give_the_same_rows_as_in_process():
 )
 def test_isolate_turns_a_crash_into_a_crashed_row_and_goes_on(crash, reason):
     cases = [make_case(n=16, crash=crash), make_case(n=32)]
-    rows = rows_of(cases, CRASHING, executor=Isolated(CRASHING))
+    rows = rows_of(cases, CRASHING, executor="isolated")
     assert [(r.seq, r.status) for r in rows] == [(16, "crashed"), (32, "ok")]
     assert rows[0].reason.startswith(reason) and rows[0].value is None
     assert rows[1].value is not None
@@ -259,7 +261,7 @@ def test_isolate_turns_a_crash_into_a_crashed_row_and_goes_on(crash, reason):
 
 def test_isolated_failures_are_classified_in_the_worker():
     cases = [make_case(n=16, **{"raise": RuntimeError(ALLOC)})]
-    (row,) = rows_of(cases, FAILING, executor=Isolated(FAILING))
+    (row,) = rows_of(cases, FAILING, executor="isolated")
     assert row.status == "oom"
 
 
@@ -269,7 +271,7 @@ def test_the_executor_is_an_interface():
             SEEN.append("executor")
             return super().run(case)
 
-    rows_of([make_case()], OK, executor=Recording(OK))
+    rows_of([make_case()], OK, executor=Recording)
     assert SEEN[0] == "executor" and len(SEEN) == 2
 
 
@@ -295,7 +297,7 @@ class FakeSink:
 def test_rows_go_to_the_sink_a_case_at_a_time_and_done_cases_are_not_rerun():
     cases = [make_case(n=16), make_case(n=32), make_case(n=64)]
     sink = FakeSink(done_ids=[cases[1].case_id])
-    yielded = list(runner.run(cases, OK, sink=sink))
+    yielded = list(runner.run(Cases(cases, OK), sink=sink))
     assert [[r.seq for r in rows] for rows in sink.cases] == [[16], [64]]
     assert SEEN == [cases[0].case_id, cases[2].case_id]
     resumed = yielded[1][0]  # the earlier run's row comes back, not written again

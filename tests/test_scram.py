@@ -10,7 +10,7 @@ from attnbench.backends.scram import candidate_mask
 from attnbench.backends.softmax import softmax_weights
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.inputs.images import grid_qkv
+from attnbench.inputs import grid_qkv
 from attnbench.kernels.patchmatch import reference
 from attnbench.measure.metrics import argmax_hit_rate
 

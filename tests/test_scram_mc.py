@@ -10,7 +10,7 @@ import torch
 import attnbench.backends.scram_mc  # noqa: F401 - registers scram-snis and scram-mh
 from attnbench import get_backend
 from attnbench.errors import UsageError
-from attnbench.inputs.images import grid_qkv
+from attnbench.inputs import grid_qkv
 
 GRID = (12, 12)
 

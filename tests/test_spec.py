@@ -177,7 +177,8 @@ def test_image_inputs_count_the_repeats_and_the_image_they_are_built_from(monkey
 
 
 def test_a_photograph_is_stretched_at_most_max_upscale_times_per_side():
-    from attnbench.inputs.images import MAX_UPSCALE, check_resize, image_shape
+    from attnbench.inputs import check_resize
+    from attnbench.inputs.images import MAX_UPSCALE, image_shape
 
     height, width = image_shape("coffee")
     check_resize("image:coffee", MAX_UPSCALE * height, MAX_UPSCALE * width)

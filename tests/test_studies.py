@@ -7,8 +7,9 @@ from attnbench import get_backend
 from attnbench.backends import Backend
 from attnbench.inputs import Inputs
 from attnbench.measure.metrics import mean_radian
-from attnbench.studies.error import ErrorSpec, run_error
-from attnbench.studies.time import TimeSpec, run_time
+from attnbench.run import runner
+from attnbench.studies.error import ErrorSpec
+from attnbench.studies.time import TimeSpec
 
 TINY = dict(batch=1, heads=1, dim=8, repeats=2, warmup=1, min_time=0)
 
@@ -26,14 +27,14 @@ class OutOfMemory(Backend):
 
 def test_case_predicted_not_to_fit_is_skipped_without_running():
     spec = TimeSpec(seqs=[1 << 22], backends=[get_backend("softmax")], **TINY)
-    (row,) = rows_of(run_time(spec))
+    (row,) = rows_of(runner.run(spec))
     assert row.status == "skipped" and row.reason.startswith("needs ~")
     assert row.value is None
 
 
 def test_out_of_memory_is_recorded_and_the_sweep_goes_on():
     spec = TimeSpec(seqs=[16, 32], backends=[OutOfMemory(), get_backend("sdpa")], **TINY)
-    rows = rows_of(run_time(spec))
+    rows = rows_of(runner.run(spec))
     oom = [r for r in rows if r.backend == "test-oom"]
     assert [r.status for r in oom] == ["oom", "oom"]
     assert "1 TiB" in oom[0].reason
@@ -43,7 +44,7 @@ def test_out_of_memory_is_recorded_and_the_sweep_goes_on():
 
 def test_time_rows_keep_every_sample():
     spec = TimeSpec(seqs=[16], backends=[get_backend("sdpa")], **{**TINY, "repeats": 5})
-    row = next(r for r in rows_of(run_time(spec)) if r.metric == "time_ms")
+    row = next(r for r in rows_of(runner.run(spec)) if r.metric == "time_ms")
     assert row.count == len(row.samples) == 5
     assert row.p10 <= row.value <= row.p90
 
@@ -51,7 +52,7 @@ def test_time_rows_keep_every_sample():
 def test_error_study_is_reproducible_and_complete():
     def run(**options):
         spec = ErrorSpec(seqs=[16, 32], trials=2, inputs=Inputs("clustered", 1, 2, 8), **options)
-        return rows_of(run_error(spec))
+        return rows_of(runner.run(spec))
 
     first, second = run(hashes=[4, 16]), run(hashes=[4, 16])
     assert [(r.backend, r.seq, r.metric, r.value) for r in first] == [
@@ -89,7 +90,7 @@ def test_the_reference_is_yoso_e_for_a_hash_sweep_and_else_softmax(options, refe
     spec = ErrorSpec(seqs=[16], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 1, 4), **options)
     assert spec.reference == reference
     name = reference.partition(":")[0].replace("-", "_")
-    rows = rows_of(run_error(spec))
+    rows = rows_of(runner.run(spec))
     assert rows and all(r.metric.endswith("_vs_" + name) for r in rows)
 
 
@@ -99,7 +100,7 @@ def test_an_explicit_reference_is_what_every_backend_is_compared_with():
         seqs=[32], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 2, 8),
         backends=[get_backend("softmax")], reference="yoso-e:tau=3",
     )  # fmt: skip
-    (row,) = [r for r in rows_of(run_error(spec)) if r.metric == "radian_vs_yoso_e"]
+    (row,) = [r for r in rows_of(runner.run(spec)) if r.metric == "radian_vs_yoso_e"]
     expected = mean_radian(get_backend("softmax")(q, k, v), get_backend("yoso-e:tau=3")(q, k, v))
     assert row.value == pytest.approx(expected, abs=1e-6)
 
@@ -122,7 +123,7 @@ def test_a_backend_failing_in_the_error_study_gets_a_status_row_and_the_study_go
         seqs=[16, 32, 64], trials=2, mc_seeds=1, inputs=Inputs("random", 1, 1, dim),
         backends=[FailsAt32(), get_backend("sdpa")],
     )  # fmt: skip
-    rows = rows_of(run_error(spec))
+    rows = rows_of(runner.run(spec))
     failing = [r for r in rows if r.backend == "test-fails-at-32"]
     assert [(r.seq, r.status) for r in failing if r.metric == "radian_vs_softmax"] == [
         (16, "ok"), (32, status), (64, "ok"),
@@ -136,7 +137,7 @@ def test_time_rows_carry_the_speedup_against_the_baseline():
         seqs=[16, 32], backends=[get_backend("softmax"), get_backend("sdpa")],
         baseline=get_backend("sdpa"), **TINY,
     )  # fmt: skip
-    rows = rows_of(run_time(spec))
+    rows = rows_of(runner.run(spec))
     times = [r for r in rows if r.metric == "time_ms"]
     assert [r.backend for r in times] == ["sdpa", "softmax"] * 2  # the baseline first
     medians = {(r.backend, r.seq): r.value for r in times}
@@ -161,7 +162,7 @@ def test_error_study_fits_the_slope_against_log2_n_per_m():
     spec = ErrorSpec(
         seqs=[16, 32, 64], hashes=[4, 16], trials=2, inputs=Inputs("clustered", 1, 2, 8)
     )
-    rows = rows_of(run_error(spec))
+    rows = rows_of(runner.run(spec))
     slopes = [r for r in rows if r.metric == "radian_slope_log2n_vs_yoso_e"]
     assert sorted(r.backend.split(",")[0] for r in slopes) == ["yoso:m=16", "yoso:m=4"]
     for s in slopes:
@@ -173,4 +174,4 @@ def test_error_study_fits_the_slope_against_log2_n_per_m():
         assert s.std > 0 and "16, 32, 64" in s.method
     # the reference and backends compared with softmax get no slope
     exact = ErrorSpec(seqs=[16, 32], trials=1, backends=[get_backend("sdpa")])
-    assert not [r for r in rows_of(run_error(exact)) if "slope" in r.metric]
+    assert not [r for r in rows_of(runner.run(exact)) if "slope" in r.metric]

@@ -20,7 +20,7 @@ from attnbench.errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-    from attnbench.inputs import Inputs
+    from attnbench.inputs import Source
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
 _NUMBER = re.compile(r"^\s*(\d+)\s*([km]?)\s*$", re.IGNORECASE | re.ASCII)
@@ -161,7 +161,7 @@ def check_threads(threads: int | None) -> int | None:
 
 
 def check_inputs_fit(
-    inputs: Inputs,
+    inputs: Source,
     layouts: list[tuple[int, tuple[int, int] | None]],
     dtype: torch.dtype | None = None,
     device: str = "cpu",
@@ -174,13 +174,13 @@ def check_inputs_fit(
     what the study repeats an image over; `dtype` defaults to float32."""
     import torch
 
-    from attnbench.inputs.images import build_bytes, check_resize
+    from attnbench.inputs.images import build_bytes
     from attnbench.measure.memory import available_bytes
 
     dtype = dtype or torch.float32
     if inputs.on_grid:
         for _, grid in layouts:
-            check_resize(inputs.kind, *grid)
+            inputs.check_grid(*grid)
     n, grid = max(layouts, key=lambda layout: layout[0])
     batch, heads = batch or inputs.batch, heads or inputs.heads
     need = 3 * batch * heads * n * inputs.dim * dtype.itemsize

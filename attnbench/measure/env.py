@@ -20,7 +20,7 @@ import torch
 from attnbench.measure import is_cuda
 from attnbench.measure.allocator import allocator_setting
 from attnbench.measure.timing import timer_name
-from attnbench.results.sink import SCHEMA_VERSION
+from attnbench.results.schema import SCHEMA_VERSION
 
 GIT_TIMEOUT_S = 5
 

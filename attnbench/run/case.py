@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from attnbench.backends import Backend
-    from attnbench.inputs import Inputs
+    from attnbench.inputs import Source
 
 MODES = ("fwd", "bwd", "fwdbwd")  # forward, backward of a stored forward, both
 
@@ -23,7 +23,7 @@ MODES = ("fwd", "bwd", "fwdbwd")  # forward, backward of a stored forward, both
 class Case:
     study: str  # "time" | "error" | "maps"
     backend: Backend
-    inputs: Inputs
+    inputs: Source
     n: int  # tokens; H*W on a grid
     grid: tuple[int, int] | None  # (H, W) of an image, None for a 1-D sequence
     batch: int

@@ -1,7 +1,7 @@
-"""Runs one case in this fresh process for `runner.Isolated`:
-`python -m attnbench.run.worker CASE.pkl ROWS.json`. The case, its measurement, the thread count
-and the allocator choice come pickled; the rows go back as JSON. Only a crash of the process
-itself leaves no rows file."""
+"""Runs one case in this fresh process for `executors.Isolated`:
+`python -m attnbench.run.worker CASE.pkl ROWS.json`. The case, its measurement, the thread
+count and the allocator choice come pickled; the rows go back as JSON. Only a crash of the
+process itself leaves no rows file."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 def main(job: str, out: str) -> None:
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.threads import set_threads
-    from attnbench.run.runner import CaseInputs, rows_to_json, run_case
+    from attnbench.run.executors import CaseInputs, rows_to_json, run_case
 
     case, measure, threads, steady = pickle.loads(Path(job).read_bytes())
     if steady:

@@ -17,7 +17,6 @@ with the slope's standard error as its std.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,7 +26,7 @@ import torch
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.rowblocks import by_rows, planes_of, row_blocks
 from attnbench.backends.softmax import softmax_weights
-from attnbench.inputs import Inputs
+from attnbench.inputs import Inputs, Source
 from attnbench.measure.memory import available_bytes
 from attnbench.measure.metrics import (
     SLOPE,
@@ -38,10 +37,11 @@ from attnbench.measure.metrics import (
     rel_frobenius,
     total_variation,
 )
-from attnbench.results.sink import Row
-from attnbench.run import runner
+from attnbench.results.schema import Row
 from attnbench.run.case import Case
-from attnbench.run.runner import HEADROOM, Measure, case_row, no_room
+from attnbench.run.executors import CaseInputs
+from attnbench.run.runner import HEADROOM, no_room
+from attnbench.run.study import Measure, Study, case_row
 from attnbench.studies.exact import exact_softmax
 
 # Bytes per entry of a backend's whole dense map while it is built (weights, scores and a
@@ -52,13 +52,16 @@ OUTPUT_METRICS = {"radian": mean_radian, "rel_frobenius": rel_frobenius, "max_ab
 
 
 @dataclass
-class ErrorSpec:
+class ErrorSpec(Study):
+    """The study: every compared backend at every length against the reference; each yoso
+    backend's last length also gets the fitted slope rows in `finish`."""
+
     seqs: list[int]
     hashes: list[int] = field(default_factory=list)  # adds a yoso:m=... backend per entry
     tau: int | str = 8
     trials: int = 3
     mc_seeds: int = 8  # seeds per input for a stochastic backend's bias and std
-    inputs: Inputs = field(default_factory=lambda: Inputs("clustered", 1, 4, 64))
+    inputs: Source = field(default_factory=lambda: Inputs("clustered", 1, 4, 64))
     backends: list[Backend] = field(default_factory=list)
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
@@ -79,6 +82,7 @@ class ErrorSpec:
             only_hashes = self.hashes and not self.backends
             self.reference = f"yoso-e:tau={self.tau}" if only_hashes else "softmax"
         self.reference_backend = get_backend(self.reference)
+        self._slopes = _Slopes(self)
 
     def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
         """(n, grid) of every case: grid None for a 1-D sequence."""
@@ -102,12 +106,14 @@ class ErrorSpec:
             for backend in self.compared
         ]
 
-    def validate(self) -> None:
+    def validate(self, cases: list[Case]) -> None:
         """UsageError before any work if a backend, or the reference, can never run a case."""
-        cases = self.cases
-        runner.validate(cases)
+        super().validate(cases)
         for case in cases:
             self.reference_backend.validate(case)
+
+    def finish(self, case: Case, rows: list[Row]) -> list[Row]:
+        return self._slopes(case, rows)
 
     @property
     def measure(self) -> Measure:
@@ -117,20 +123,6 @@ class ErrorSpec:
 def suffix(reference: Backend) -> str:
     """What metric names end with: `_vs_softmax`, `_vs_yoso_e`."""
     return "_vs_" + reference.name.replace("-", "_")
-
-
-def run_error(
-    spec: ErrorSpec,
-    on_case: Callable[[Case], None] = lambda _: None,
-    sink=None,
-    executor: runner.Executor | None = None,
-) -> Iterator[list[Row]]:
-    """Yield the rows of each case (a backend at a length, all its trials) as it ends."""
-    spec.validate()
-    slopes = _Slopes(spec)
-    yield from runner.run(spec.cases, spec.measure, executor, sink, on_case, finish=slopes)
-
-
 
 
 class _Slopes:
@@ -146,10 +138,10 @@ class _Slopes:
         if backend not in self.last:
             return rows
         for r in rows:
-            if isinstance(r, Row) and r.status == "ok" and r.metric.startswith("radian_vs_"):
+            if r.status == "ok" and r.metric.startswith("radian_vs_"):
                 per_n = self.points.setdefault((backend, r.metric), {})
                 per_n[case.n] = list(r.samples) or [r.value]
-        resumed = any(isinstance(r, Row) and r.metric.startswith(SLOPE) for r in rows)
+        resumed = any(r.metric.startswith(SLOPE) for r in rows)
         if case.n != self.last[backend] or resumed:
             return rows
         fits = [
@@ -192,7 +184,7 @@ def _slope_row(case: Case, metric: str, per_n: dict[int, list[float]]) -> Row:
     )
 
 
-def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
+def measure(case: Case, inputs: CaseInputs) -> list[Row]:
     reference = get_backend(case.settings["reference"])
     vs = suffix(reference)
     exact = reference.name in EXACT

@@ -2,7 +2,8 @@
 
 Every backend draws its dense map on the same inputs: the full n x n map of a short
 sequence (or image laid out row-major), or one query's map over the key image. A case is
-one backend; one that fails gets a status row and the other maps are still drawn.
+one backend, whose row holds its map in `array`; one that fails gets a status row and the
+other maps are still drawn.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import torch
 from attnbench.backends import Backend
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
-from attnbench.inputs.images import FigureInputs, is_figure_source
-from attnbench.results.sink import Row
-from attnbench.run import runner
+from attnbench.results.schema import Row
 from attnbench.run.case import Case
-from attnbench.run.runner import Measure
+from attnbench.run.executors import CaseInputs
+from attnbench.run.study import Measure, Study, case_row
 
 MAX_TOKENS = 4096  # dense maps are n x n
 
 
 @dataclass
-class MapsSpec:
+class MapsSpec(Study):
+    """The study: each backend's dense map of the same inputs, one case per backend."""
+
     backends: list[Backend]
     source: str = "image:camera"  # random, clustered, blobs, image:NAME, svd:NAME, three-blobs
     grid: tuple[int, int] = (1, 128)
@@ -40,10 +42,7 @@ class MapsSpec:
             y, x = self.query
             if not (0 <= y < height and 0 <= x < width):
                 raise UsageError(f"--query {y},{x} is outside the {height}x{width} grid")
-        if is_figure_source(self.source):
-            self.inputs = FigureInputs(self.source, self.dim)
-        else:
-            self.inputs = Inputs(self.source, 1, 1, self.dim)
+        self.inputs = Inputs(self.source, 1, 1, self.dim)
 
     @property
     def cases(self) -> list[Case]:
@@ -56,9 +55,14 @@ class MapsSpec:
         )  # fmt: skip
         return [Case(backend=backend, **shared) for backend in self.backends]
 
+    @property
+    def measure(self) -> Measure:
+        return MAPS
 
-def measure(case: Case, inputs: runner.CaseInputs) -> list[tuple[str, torch.Tensor]]:
-    """(label, map): [n, n] (no query) or [H, W] (the query's row), float64."""
+
+def measure(case: Case, inputs: CaseInputs) -> list[Row]:
+    """One row whose `array` is the map: [n, n] (no query) or [H, W] (the query's row of
+    the map laid over the key image), float64."""
     q, k, _ = inputs()
     with torch.no_grad():
         amap = case.backend.map_of(q, k, grid=case.grid)[0, 0].double()
@@ -66,21 +70,7 @@ def measure(case: Case, inputs: runner.CaseInputs) -> list[tuple[str, torch.Tens
         y, x = case.settings["query"]
         height, width = case.grid
         amap = amap[y * width + x].view(height, width)
-    return [(case.backend.label, amap)]
+    return [case_row(case, MAPS.metric, array=amap)]
 
 
 MAPS = Measure(measure, "attention_map")
-
-
-def attention_maps(spec: MapsSpec, failed: list[Row] | None = None) -> dict[str, torch.Tensor]:
-    """label -> map of every backend that drew one; the others' status rows go to `failed`."""
-    maps = {}
-    for results in runner.run(spec.cases, MAPS):
-        for result in results:
-            if isinstance(result, Row):
-                if failed is not None:
-                    failed.append(result)
-            else:
-                label, amap = result
-                maps[label] = amap
-    return maps

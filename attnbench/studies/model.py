@@ -24,7 +24,7 @@ skipped with that reason (the case's mode is "train").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -37,10 +37,11 @@ from attnbench.backends import Backend
 from attnbench.inputs import Inputs
 from attnbench.measure import is_cuda
 from attnbench.measure.memory import available_bytes, peak_memory
-from attnbench.results.sink import Row
-from attnbench.run import runner
+from attnbench.results.schema import Row
 from attnbench.run.case import Case
-from attnbench.run.runner import Measure, case_row
+from attnbench.run.executors import CaseInputs, classify, release_memory
+from attnbench.run.runner import HEADROOM
+from attnbench.run.study import Measure, Study, case_row
 
 MIB = 1024 * 1024
 MODE = "train"  # forward, loss, backward, optimizer step: backends need a backward
@@ -156,7 +157,7 @@ class Trainer:
     def release(self) -> None:
         """Drop gradients (and a failed step's leftovers) before the next try."""
         self.optimizer.zero_grad(set_to_none=True)
-        runner._release(self.device)
+        release_memory(self.device)
 
 
 def step_bytes(trainer: Trainer, batch: int) -> tuple[int, str]:
@@ -214,12 +215,12 @@ class Fit:
         if below:
             b = max(below)
             growth = self.measured[b] * (batch / b - 1)  # an upper bound: memory is affine
-            if growth > runner.HEADROOM * available_bytes(self.trainer.device):
+            if growth > HEADROOM * available_bytes(self.trainer.device):
                 return False
         try:
             self.measured[batch], self.method = step_bytes(self.trainer, batch)
         except Exception as exc:  # noqa: BLE001 - out-of-memory only; the rest is re-raised
-            if runner.classify(exc)[0] != "oom":
+            if classify(exc)[0] != "oom":
                 raise
             failed = True
         else:
@@ -232,7 +233,10 @@ class Fit:
 
 
 @dataclass
-class ModelSpec:
+class ModelSpec(Study):
+    """The study: every backend's encoder at every length. `report`, if set, sees the batch
+    search inside a case as it goes (in this process)."""
+
     seqs: list[int]
     backends: list[Backend]
     config: ModelConfig = field(default_factory=ModelConfig)
@@ -242,6 +246,11 @@ class ModelSpec:
     max_batch: int = 64
     device: str = "cpu"
     seed: int = 0
+    report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def measure(self) -> Measure:
+        return model_measure(self.report)
 
     @property
     def cases(self) -> list[Case]:
@@ -281,16 +290,16 @@ def config_of(case: Case) -> ModelConfig:
 
 
 def measure(
-    case: Case, inputs: runner.CaseInputs, report: Callable[[str], None] | None = None
+    case: Case, inputs: CaseInputs, report: Callable[[str], None] | None = None
 ) -> list[Row]:
     """The largest batch within the budget, then the mean of `steps` timed training steps
     after `warmup` untimed ones; per-instance time and memory are per batch element."""
     report = report or (lambda _: None)
     settings = case.settings
-    runner._release(case.device)  # the earlier cases' cached blocks count as free
+    release_memory(case.device)  # the earlier cases' cached blocks count as free
     budget = settings["memory_budget"]
     if budget is None:
-        budget = int(runner.HEADROOM * available_bytes(case.device))
+        budget = int(HEADROOM * available_bytes(case.device))
     trainer = Trainer(config_of(case), case.backend, case.n, case.device, case.seed)
     fit = Fit(trainer, budget)
     batch = search_batch(fit, settings["max_batch"], lambda text: report(f"{case.title}: {text}"))
@@ -352,16 +361,3 @@ def model_measure(report: Callable[[str], None] | None = None) -> Measure:
     """The study's Measure; `report` sees the batch search as it goes (in this process)."""
     fn = measure if report is None else partial(measure, report=report)
     return Measure(fn, "time_per_instance_ms", "ms")
-
-
-MODEL = model_measure()
-
-
-def run_model(
-    spec: ModelSpec,
-    on_case: Callable[[Case], None] = lambda _: None,
-    sink=None,
-    report: Callable[[str], None] | None = None,
-) -> Iterator[list[Row]]:
-    """Yield the rows of each finished case, one case at a time."""
-    yield from runner.run(spec.cases, model_measure(report), None, sink, on_case)

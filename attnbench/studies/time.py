@@ -10,29 +10,34 @@ and late on random vectors: `inputs` picks what to time on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import torch
 
 from attnbench.backends import Backend
-from attnbench.inputs import Inputs
+from attnbench.inputs import Inputs, Source
 from attnbench.measure import conditions
 from attnbench.measure.memory import peak_memory
 from attnbench.measure.telemetry import GpuTelemetry
 from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, time_call
-from attnbench.results.sink import Row
-from attnbench.run import runner
+from attnbench.results.schema import Row
 from attnbench.run.case import MODES, Case
-from attnbench.run.runner import Measure, case_row
+from attnbench.run.executors import CaseInputs
+from attnbench.run.study import Measure, Study, case_row
 
-__all__ = ["MODES", "TIME", "TimeSpec", "measure", "run_time"]
+__all__ = ["MODES", "TIME", "TimeSpec", "measure"]
 MIB = 1024 * 1024
 
 
 @dataclass
-class TimeSpec:
+class TimeSpec(Study):
+    """The study: every backend at every length; rows get their speed-up in `finish`."""
+
+    steady: ClassVar[bool] = True  # timed calls reuse freed blocks; isolated workers do too
+
     seqs: list[int]
     backends: list[Backend]
     batch: int = 1
@@ -45,7 +50,7 @@ class TimeSpec:
     warmup: int = 10
     seed: int = 0
     grids: list[tuple[int, int]] | None = None  # images H x W instead of 1-D sequences
-    inputs: Inputs | None = None  # None: random; a file's shape sets batch, heads and dim
+    inputs: Source | None = None  # None: random; a file's shape sets batch, heads and dim
     baseline: Backend | None = None  # speed-ups are against this backend, when it runs
     min_time: float = DEFAULT_MIN_TIME_S  # seconds of samples per case, at least
     max_spread: float = DEFAULT_MAX_SPREAD  # IQR / median above this marks a case unstable
@@ -57,6 +62,7 @@ class TimeSpec:
             self.inputs = Inputs("random", self.batch, self.heads, self.dim)
         elif self.inputs.fixed_shape:
             self.batch, self.heads, self.dim = self.inputs.batch, self.inputs.heads, self.inputs.dim
+        self._speedups = Speedups(self.baseline)
 
     def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
         """(n, grid) of every length: grid None for a 1-D sequence."""
@@ -86,8 +92,15 @@ class TimeSpec:
             for backend in backends
         ]
 
+    @property
+    def measure(self) -> Measure:
+        return TIME
 
-def measure(case: Case, inputs: runner.CaseInputs) -> list[Row]:
+    def finish(self, case: Case, rows: list[Row]) -> list[Row]:
+        return self._speedups(case, rows)
+
+
+def measure(case: Case, inputs: CaseInputs) -> list[Row]:
     """Median time of the call (every sample kept) with its stability verdict and the host's
     (and GPU's) conditions around it, its first call, and its peak memory. A case is stable
     when its samples are steady and its threads did not wait for a CPU: steady samples taken
@@ -154,16 +167,6 @@ class Speedups:
             time.speedup = self.medians[where] / time.value
             time.baseline = self.baseline
         return rows
-
-
-def run_time(
-    spec: TimeSpec,
-    on_case: Callable[[Case], None] = lambda _: None,
-    sink=None,
-    executor: runner.Executor | None = None,
-) -> Iterator[list[Row]]:
-    """Yield the rows of each finished case, one case at a time."""
-    yield from runner.run(spec.cases, TIME, executor, sink, on_case, Speedups(spec.baseline))
 
 
 def _timed_call(backend: Callable, qkv: list[torch.Tensor], mode: str) -> Callable[[], object]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbench.inputs.images import grid_qkv
+from attnbench.inputs import grid_qkv
 from attnbench.kernels.patchmatch import cpu, reference
 from attnbench.kernels.patchmatch import cuda as pm_cuda
 

@@ -1,0 +1,183 @@
+"""Where a case runs: in this process (`InProcess`) or in a fresh one (`Isolated`).
+
+An executor is built from a study's measurement (`executor(measure, threads, steady)`) and
+answers `run(case) -> rows`; every failure of a case is its status row, never the end of the
+sweep. Each case runs on its own copy of the backend, so draw state (a stochastic backend's
+call counter) belongs to the case, and cases stay plain values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from attnbench.measure import is_cuda
+from attnbench.results.schema import Row
+from attnbench.run.case import Case
+from attnbench.run.study import Measure, status_row
+
+# The CPU allocator's out-of-memory is a plain RuntimeError; these phrases name it.
+OOM_PHRASES = ("can't allocate memory", "out of memory")
+
+
+class CaseInputs:
+    """q, k, v of the current case's layout for any seed, built on first use and kept while
+    cases of the same layout follow (a study's backends share one set of inputs)."""
+
+    def __init__(self) -> None:
+        self._layout: tuple | None = None
+        self._memo: dict = {}
+        self.case: Case | None = None
+
+    def bind(self, case: Case) -> CaseInputs:
+        layout = (
+            case.inputs.kind, case.inputs.dim, case.n, case.grid, case.batch, case.heads,
+            case.dim, case.dtype, case.device,
+        )  # fmt: skip
+        if layout != self._layout:
+            self._layout, self._memo = layout, {}  # the previous layout's tensors are freed
+        self.case = case
+        return self
+
+    def __call__(self, seed: int | None = None) -> list[torch.Tensor]:
+        """q, k, v drawn with `seed` (default: the case's); an image is repeated over the
+        case's batch and heads."""
+        case = self.case
+        seed = case.seed if seed is None else seed
+        return self.memo(("qkv", seed), lambda: _make_qkv(case, seed))
+
+    def memo(self, key, make: Callable[[], Any]) -> Any:
+        """`make()` once per layout and key: what several cases derive from the same inputs."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def clear(self) -> None:
+        self._layout, self._memo = None, {}
+
+
+def _make_qkv(case: Case, seed: int) -> list[torch.Tensor]:
+    qkv = case.inputs.make(case.n, seed, case.torch_dtype, case.device, case.grid)
+    if case.inputs.on_grid and (case.batch, case.heads) != (1, 1):
+        qkv = [t.expand(case.batch, case.heads, -1, -1).contiguous() for t in qkv]
+    return qkv
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, reason) of a failed case: out-of-memory from any allocator is `oom`."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return "oom", first or type(exc).__name__
+    if isinstance(exc, RuntimeError) and any(p in str(exc).lower() for p in OOM_PHRASES):
+        return "oom", first
+    return "error", f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def run_case(case: Case, measure: Measure, inputs: CaseInputs) -> list[Row]:
+    """The per-case guard: inputs are built and the measurement runs inside it, so any
+    failure of either is this case's status row, never the end of the sweep. The
+    measurement gets a fresh copy of the backend (its draws start at call 0)."""
+    case = dataclasses.replace(case, backend=case.backend.with_values())
+    try:
+        return measure(case, inputs.bind(case))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a row
+        failure = classify(exc)
+    # out of the except block: its traceback no longer holds the failed case's tensors
+    inputs.clear()
+    release_memory(case.device)
+    return [status_row(case, measure, *failure)]
+
+
+def release_memory(device: str) -> None:
+    """Give back what a failed attempt left: Python's garbage, and the GPU allocator's cache."""
+    gc.collect()
+    if is_cuda(device):
+        torch.cuda.empty_cache()
+
+
+class Executor(Protocol):
+    def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False): ...
+
+    def run(self, case: Case) -> list[Row]: ...
+
+
+class InProcess:
+    """Runs each case in this process, sharing inputs between cases of the same layout.
+    Threads and allocator are this process's, set by the caller."""
+
+    def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False):
+        self.measure = measure
+        self.inputs = CaseInputs()
+
+    def run(self, case: Case) -> list[Row]:
+        return run_case(case, self.measure, self.inputs)
+
+
+class Isolated:
+    """Runs each case in a fresh Python process (`python -m attnbench.run.worker`): a
+    segfault, an abort or the OOM killer ends only that process, and the case gets a
+    `crashed` row."""
+
+    def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False):
+        self.measure = measure
+        self.threads = threads
+        self.steady = steady  # apply `steady_allocator` in the worker, as the parent did
+
+    def run(self, case: Case) -> list[Row]:
+        with tempfile.TemporaryDirectory(prefix="attnbench-case-") as tmp:
+            job, out = Path(tmp) / "case.pkl", Path(tmp) / "rows.json"
+            job.write_bytes(pickle.dumps((case, self.measure, self.threads, self.steady)))
+            # the worker imports what this process imports: this package, a plugin's module,
+            # the module defining the measurement
+            path = os.pathsep.join([_package_root(), *filter(None, sys.path)])
+            env = {**os.environ, "PYTHONPATH": path}
+            done = subprocess.run(
+                [sys.executable, "-m", "attnbench.run.worker", str(job), str(out)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+            )
+            if done.returncode == 0 and out.is_file():
+                return [Row(**row) for row in json.loads(out.read_text())]
+        return [status_row(case, self.measure, "crashed", _crash_reason(done))]
+
+
+EXECUTORS: dict[str, type[Executor]] = {"in-process": InProcess, "isolated": Isolated}
+
+
+def _crash_reason(done: subprocess.CompletedProcess) -> str:
+    code = done.returncode
+    if code < 0:
+        try:
+            what = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            what = f"killed by signal {-code}"
+    else:
+        what = f"exited with code {code}"
+    last = [line for line in done.stderr.splitlines() if line.strip()][-1:]
+    return what + (f" ({last[0].strip()})" if last else "")
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def rows_to_json(rows: list[Row]) -> str:
+    """A worker's rows for its parent; in-memory arrays stay behind."""
+    return json.dumps([dataclasses.asdict(r) | {"array": None} for r in rows])

@@ -1,0 +1,113 @@
+"""What a study gives the runner: its cases, the measurement of one case, and a `finish`
+step for what a case's rows need from earlier cases (a speed-up against the baseline).
+
+A study is a plain object; `runner.run(study, ...)` validates its cases once and runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnbench.results.schema import Row
+
+if TYPE_CHECKING:
+    from attnbench.run.case import Case
+    from attnbench.run.executors import CaseInputs
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A study's measurement of one case: `fn(case, inputs) -> rows`. A case that does not
+    run (skipped, oom, error, crashed) gets one row of `metric` in `unit` with its status.
+
+    `fn` must be a module-level function (or a partial of one) so an isolated worker can
+    unpickle it."""
+
+    fn: Callable[[Case, CaseInputs], list[Row]]
+    metric: str
+    unit: str = ""
+
+    def __call__(self, case: Case, inputs: CaseInputs) -> list[Row]:
+        return self.fn(case, inputs)
+
+
+class Study:
+    """The interface every study implements (the time, error, model and maps specs do).
+
+    `cases`: every case of the sweep, in running order. `measure`: the per-case
+    measurement. `validate(cases)`: raise UsageError for a case that can never run.
+    `finish(case, rows)`: the rows as they are written, given every earlier case (called in
+    order, resumed cases included). `steady`: whether an isolated worker uses the steady
+    allocator, as the time study's own process does."""
+
+    steady: bool = False
+
+    @property
+    def cases(self) -> list[Case]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def measure(self) -> Measure:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def validate(self, cases: list[Case]) -> None:
+        """UsageError for the first case whose backend can never run it (a window larger
+        than the grid), before any work."""
+        for case in cases:
+            case.backend.validate(case)
+
+    def finish(self, case: Case, rows: list[Row]) -> list[Row]:
+        return rows
+
+
+class Cases(Study):
+    """A fixed list of cases with one measurement: an ad-hoc study."""
+
+    def __init__(self, cases: list[Case], measure: Measure):
+        self._cases, self._measure = list(cases), measure
+
+    @property
+    def cases(self) -> list[Case]:
+        return self._cases
+
+    @property
+    def measure(self) -> Measure:
+        return self._measure
+
+
+def case_row(case: Case, metric: str, **fields: Any) -> Row:
+    """A row of `case`: its columns filled in once here, the measurement in `fields`."""
+    backend = case.backend
+    return Row(
+        study=case.study,
+        backend=backend.spec,
+        impl=backend.impl(case.device),
+        device=case.device,
+        dtype=case.dtype,
+        mode=case.mode,
+        inputs=case.inputs_label,
+        batch=case.batch,
+        heads=case.heads,
+        seq=case.n,
+        dim=case.dim,
+        grid_h=case.grid[0] if case.grid else None,
+        grid_w=case.grid[1] if case.grid else None,
+        params={k: _plain(v) for k, v in backend.values.items()},
+        case_id=case.case_id,
+        metric=metric,
+        **fields,
+    )
+
+
+def status_row(case: Case, measure: Measure, status: str, reason: str) -> Row:
+    """The one row of a case that did not run: skipped, oom, error or crashed."""
+    return case_row(case, measure.metric, unit=measure.unit, status=status, reason=reason)
+
+
+def _plain(value: Any) -> Any:
+    """A parameter value as a CSV cell: tuples (scram's jumps) as their spec text 8/4/2/1."""
+    if isinstance(value, tuple | list):
+        return "/".join(map(str, value))
+    return value
