@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 import tomllib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ from attnbench.results.interrupts import Terminated, sigterm_as_interrupt
 from attnbench.run.case import MODES
 
 if TYPE_CHECKING:
-    from attnbench.inputs import Inputs
+    from attnbench.inputs import Source
 
 # torch, numba, pandas and matplotlib are imported inside the commands that need them, so
 # `--help` and `--version` answer at once.
@@ -93,8 +92,8 @@ def _main(
 
 def _outputs(csv: Path | None, json: Path | None, plot: Path | None):
     from attnbench.cli.parse import output_path, writable_file
-    from attnbench.results.sink import env_sidecar
-    from attnbench.views.plots import PLOT_SUFFIXES
+    from attnbench.results.schema import env_sidecar
+    from attnbench.views.figures import PLOT_SUFFIXES
 
     paths = (
         output_path(csv, "--csv", (".csv",)),
@@ -125,15 +124,19 @@ def _sink(env: dict, csv: Path | None, json: Path | None, resume: bool):
     return ResultSink(env, csv, json, resume=resume)
 
 
-def _sweep(study: Callable[..., Iterator[list]], total: int, reports: bool = False) -> list:
-    """Drive a study's cases under a progress bar (the runner commits rows as cases end) and
-    return every case's rows, resumed ones included.
+def _run(study, sink=None, isolate: bool = False, threads: int | None = None) -> list:
+    """Run a study under a progress bar and return every case's rows, resumed ones included.
 
-    `study(on_case)` calls `on_case(case)` as each case starts, so the cases before it are done.
-    With `reports`, `study(on_case, report)` may also report progress inside a case (the model
-    study's batch search): each report replaces the progress line's description.
+    The runner validates the study's cases first, so a case that can never run is one error
+    line before the sink opens its outputs; the sink then holds them while cases commit.
+    A study with a `report` hook (the model study's batch search) reports progress inside a
+    case: each report replaces the progress line's description.
     """
+    from contextlib import nullcontext
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnbench.run.runner import run
 
     columns = (
         TextColumn("{task.description}"),
@@ -141,21 +144,23 @@ def _sweep(study: Callable[..., Iterator[list]], total: int, reports: bool = Fal
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=progress_console, transient=True) as progress:
-        task = progress.add_task("starting", total=total)
-        started = 0
+    progress = Progress(*columns, console=progress_console, transient=True)
+    task = progress.add_task("starting")
+    started = 0
 
-        def on_case(case) -> None:
-            nonlocal started
-            progress.update(task, description=case.title, completed=started)
-            started += 1
+    def on_case(case) -> None:
+        nonlocal started
+        progress.update(task, description=case.title, completed=started)
+        started += 1
 
-        def report(text: str) -> None:
-            progress.update(task, description=text)
-
-        cases = study(on_case, report) if reports else study(on_case)
-        rows = [row for case_rows in cases for row in case_rows]
-        progress.update(task, completed=total)
+    if hasattr(study, "report"):
+        study.report = lambda text: progress.update(task, description=text)
+    executor = "isolated" if isolate else "in-process"
+    sweep = run(study, sink, executor, threads, on_case)
+    with sink if sink is not None else nullcontext(), progress:
+        progress.update(task, total=len(study.cases))
+        rows = [row for case_rows in sweep for row in case_rows]
+        progress.update(task, completed=len(study.cases))
     return rows
 
 
@@ -225,7 +230,7 @@ def time_cmd(
         positive,
         resolve_device,
     )
-    from attnbench.studies.time import TIME, TimeSpec, run_time
+    from attnbench.studies.time import TimeSpec
 
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
@@ -257,38 +262,22 @@ def time_cmd(
         max_spread=parse_fraction(max_spread, "--max-spread"),
     )
     check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)
-    cases = spec.cases
-    _validate(cases)
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.env import environment
+    from attnbench.results.schema import rows_frame
     from attnbench.views.tables import time_table, unstable_warning
 
     steady_allocator()
     threads = _set_threads(threads)
-    executor = _executor(isolate, TIME, threads, steady=True)
-    with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
-        rows = _sweep(lambda on_case: run_time(spec, on_case, sink, executor), len(cases))
-    console.print(time_table(rows, spec.baseline, spec.max_spread))
-    warning = unstable_warning(rows, spec.max_spread)
+    sink = _sink(environment(spec.device, threads, seed), csv, json, resume)
+    rows = _run(spec, sink, isolate, threads)
+    frame = rows_frame(rows)
+    console.print(time_table(frame, spec.baseline.spec, spec.max_spread))
+    warning = unstable_warning(frame, spec.max_spread)
     if warning:
         typer.echo(warning, err=True)
     _finish(sink, rows, plot)
-
-
-def _validate(cases) -> None:
-    from attnbench.run import runner
-
-    runner.validate(cases)
-
-
-def _executor(isolate: bool, measure, threads: int, steady: bool = False):
-    """Cases in this process (None: the runner's default), or each in a fresh one."""
-    if not isolate:
-        return None
-    from attnbench.run.runner import Isolated
-
-    return Isolated(measure, threads, steady)
 
 
 @app.command("model")
@@ -355,18 +344,15 @@ def model_cmd(
         device=resolve_device(device),
         seed=seed,
     )
-    cases = spec.cases
-    _validate(cases)
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.env import environment
-    from attnbench.studies.model import run_model
+    from attnbench.results.schema import rows_frame
     from attnbench.views.tables import model_table
 
     threads = _set_threads(threads)
-    with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
-        study = lambda on_case, report: run_model(spec, on_case, sink, report)  # noqa: E731
-        rows = _sweep(study, len(cases), reports=True)
-    console.print(model_table(rows))
+    sink = _sink(environment(spec.device, threads, seed), csv, json, resume)
+    rows = _run(spec, sink, threads=threads)
+    console.print(model_table(rows_frame(rows)))
     _finish(sink, rows, plot)
 
 
@@ -390,8 +376,9 @@ def maps_cmd(
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3)."""
     from attnbench.backends import parse_backends
     from attnbench.cli.parse import check_inputs_fit, check_seed, output_path, parse_grids, positive
-    from attnbench.studies.maps import MapsSpec, attention_maps
-    from attnbench.views.plots import PLOT_SUFFIXES, plot_maps
+    from attnbench.studies.maps import MapsSpec
+    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.maps import plot_maps
 
     seed = check_seed(seed)
     grids = parse_grids(grid, "--grid")
@@ -407,17 +394,16 @@ def maps_cmd(
     )
     tokens = spec.grid[0] * spec.grid[1]
     check_inputs_fit(spec.inputs, [(tokens, spec.grid)])
-    _validate(spec.cases)
     out = output_path(out, "--out", PLOT_SUFFIXES)
-    failed = []
-    maps = attention_maps(spec, failed)
-    for row in failed:
-        console.print(f"{row.backend}: {row.status}: {row.reason}", markup=False)
-    if not maps:
+    rows = _run(spec)
+    for row in rows:
+        if row.status != "ok":
+            console.print(f"{row.backend}: {row.status}: {row.reason}", markup=False)
+    if all(row.status != "ok" for row in rows):
         raise UsageError("no backend could draw its map")
     height, width = spec.grid
     where = f", query ({spec.query[0]}, {spec.query[1]})" if spec.query else ""
-    plot_maps(maps, f"{inputs} · {height}x{width} · d = {spec.inputs.dim}{where}", out, spec.query)
+    plot_maps(rows, f"{inputs} · {height}x{width} · d = {spec.inputs.dim}{where}", out, spec.query)
     console.print(f"wrote {out}")
 
 
@@ -487,7 +473,7 @@ def error_cmd(
         positive,
         resolve_device,
     )
-    from attnbench.studies.error import ErrorSpec, run_error
+    from attnbench.studies.error import ErrorSpec
 
     try:
         tau_value = tau_param().parse(tau)
@@ -518,17 +504,15 @@ def error_cmd(
         reference=_reference(reference),
     )
     check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device)
-    cases = spec.cases
-    spec.validate()
     csv, json, plot = _outputs(csv, json, plot)
     from attnbench.measure.env import environment
+    from attnbench.results.schema import rows_frame
     from attnbench.views.tables import error_table
 
     threads = _set_threads(threads)
-    executor = _executor(isolate, spec.measure, threads)
-    with _sink(environment(spec.device, threads, seed), csv, json, resume) as sink:
-        rows = _sweep(lambda on_case: run_error(spec, on_case, sink, executor), len(cases))
-    console.print(error_table(rows))
+    sink = _sink(environment(spec.device, threads, seed), csv, json, resume)
+    rows = _run(spec, sink, isolate, threads)
+    console.print(error_table(rows_frame(rows)))
     _finish(sink, rows, plot)
 
 
@@ -552,7 +536,7 @@ def _reference(spec: str | None) -> str | None:
         raise UsageError(f"--reference: {exc}") from None
 
 
-def _inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids) -> Inputs:
+def _inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids) -> Source:
     """The --inputs source, checked against the lengths; a file's own shape replaces batch,
     heads and dim."""
     from attnbench.inputs import Inputs
@@ -574,7 +558,8 @@ def plot_cmd(
 ) -> None:
     """Redraw a study's figure from a saved result file."""
     from attnbench.cli.parse import output_path
-    from attnbench.views.plots import PLOT_SUFFIXES, plot_results
+    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.plots import plot_results
 
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
@@ -595,8 +580,8 @@ def pareto_cmd(
 ) -> None:
     """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked."""
     from attnbench.cli.parse import output_path
+    from attnbench.views.figures import PLOT_SUFFIXES
     from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
-    from attnbench.views.plots import PLOT_SUFFIXES
 
     for path in (time_file, error_file):
         if not path.is_file():
@@ -616,7 +601,7 @@ def pareto_cmd(
 
 def _read_results(path: Path):
     """The rows of a result file; UsageError naming the file if it cannot be read."""
-    from attnbench.results.sink import read_rows
+    from attnbench.results.read import read_rows
 
     try:
         return read_rows(path)
@@ -628,7 +613,7 @@ def _run_env(results: Path) -> dict | None:
     """The environment record of a result file: a CSV's .env.json sidecar, a JSON's "env"."""
     import json
 
-    from attnbench.results.sink import env_sidecar
+    from attnbench.results.schema import env_sidecar
 
     try:
         if results.suffix.lower() == ".json":
@@ -649,9 +634,12 @@ def compare_cmd(
     markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
 ) -> None:
     """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval."""
+    from attnbench.cli.parse import parse_fraction
     from attnbench.views import compare
 
-    threshold = None if fail_above is None else compare.parse_threshold(fail_above)
+    threshold = None  # "5%" or "0.05"; a bare number is a fraction, so below 1
+    if fail_above is not None:
+        threshold = parse_fraction(fail_above, "--fail-above", "a slowdown")
     comparison = compare.compare_files(a, b)
     if markdown:
         typer.echo(compare.render_markdown(comparison) + "\n")
@@ -728,7 +716,7 @@ def _finish(sink, rows: list, plot: Path | None) -> None:
         if path is not None:
             console.print(f"wrote {path}")
     if plot is not None:
-        from attnbench.results.sink import rows_frame
+        from attnbench.results.schema import rows_frame
         from attnbench.views.plots import plot_results
 
         plot_results(rows_frame(rows), plot)
