@@ -28,6 +28,7 @@ import attnbench.run.runner as runner_module
 import attnbench.studies.time as time_study
 from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
+from attnbench.cli import profiles
 from attnbench.measure.metrics import mean_radian
 from attnbench.results.schema import COLUMNS
 from attnbench.studies.exact import exact_softmax
@@ -573,7 +574,7 @@ def test_shipped_profiles_parse_into_valid_commands(profile):
     """Every profile in profiles/ names options its command knows, with values of the right
     type, and only registered backends: a typo would otherwise surface only when someone
     spends minutes reproducing a figure."""
-    argv = cli.profile_argv(profile)
+    argv = profiles.profile_argv(profile)
     command = typer.main.get_command(cli.app).commands[argv[0]]
     params = command.make_context(argv[0], argv[1:]).params
     assert params["out" if argv[0] == "maps" else "csv"] is not None  # the figure's data kept

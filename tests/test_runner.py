@@ -320,3 +320,26 @@ def test_no_address_space_limit_leaves_free_memory(monkeypatch):
     monkeypatch.setattr(memory.resource, "getrlimit", lambda which: (inf, inf))
     assert memory._address_space_headroom() is None
     assert memory.available_bytes("cpu") > 3 * 2**20
+
+
+# ------------------------------------------------------------------ draw state
+
+
+def draws_seen(case, inputs):
+    """Which forward call the case's backend is at when the measurement starts, and its
+    output after one call."""
+    q, k, v = inputs()
+    first = case.backend._calls
+    out = case.backend(q, k, v)
+    return [case_row(case, "calls", value=float(first), samples=[float(out.sum())])]
+
+
+def test_every_case_draws_from_call_zero_on_its_own_copy_of_the_backend():
+    """A stochastic backend's draw counter belongs to the case: the sweep's shared backend
+    is never advanced, and the same case gives the same draws wherever it runs."""
+    yoso = get_backend("yoso:m=4,tau=4,impl=torch")
+    cases = [make_case(yoso, n=16), make_case(yoso, n=32), make_case(yoso, n=16, other=1)]
+    rows = rows_of(cases, Measure(draws_seen, "calls"))
+    assert [r.value for r in rows] == [0.0, 0.0, 0.0]
+    assert yoso._calls == 0
+    assert rows[0].samples == rows[2].samples  # same inputs, same first draw

@@ -1,0 +1,109 @@
+"""The commands that read result files: `plot`, `pareto`, `compare` and `report`."""
+
+from pathlib import Path
+
+import typer
+
+from attnbench.cli import core, options, shared
+from attnbench.errors import UsageError
+
+
+@core.app.command("plot")
+def plot_cmd(
+    results: Path = typer.Argument(..., help="a CSV or JSON written by time or error"),
+    out: options.Out = None,
+) -> None:
+    """Redraw a study's figure from a saved result file.
+
+    The figure goes to --out, by default the result file with the suffix .png."""
+    from attnbench.cli.parse import output_path
+    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.plots import plot_results
+
+    if not results.is_file():
+        raise UsageError(f"{results}: no such file")
+    out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
+    plot_results(shared.read_results(results), out, shared.run_env(results))
+    core.console.print(f"wrote {out}")
+
+
+@core.app.command("pareto")
+def pareto_cmd(
+    time_file: Path = typer.Argument(..., help="a CSV or JSON written by time"),
+    error_file: Path = typer.Argument(..., help="a CSV or JSON written by error"),
+    seq: int = typer.Option(None, "--seq", help="the n compared (default: the largest in both)"),
+    metric: str = typer.Option(
+        "radian_vs_softmax", "--metric", help="the error drawn, e.g. rel_frobenius_vs_softmax"
+    ),
+    out: options.Out = None,
+) -> None:
+    """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked.
+
+    Prints the table; --out also draws the figure."""
+    from attnbench.cli.parse import output_path
+    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
+
+    for path in (time_file, error_file):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+    frames = [shared.read_results(path) for path in (time_file, error_file)]
+    if out is not None:
+        out = output_path(out, "--out", PLOT_SUFFIXES)
+    points = pareto_points(*frames, seq=seq, metric=metric)
+    core.console.print(render_table(points, metric))
+    missing = unmatched(*frames, points)
+    if missing:
+        typer.echo(f"in one file only, not drawn: {', '.join(missing)}")
+    if out is not None:
+        plot_pareto(points, out, metric, shared.run_env(time_file))
+        core.console.print(f"wrote {out}")
+
+
+@core.app.command("compare")
+def compare_cmd(
+    a: Path = typer.Argument(..., help="the reference result file (CSV or JSON)"),
+    b: Path = typer.Argument(..., help="the result file to judge against it"),
+    fail_above: str = typer.Option(
+        None, "--fail-above", help="exit 1 if a case is significantly slower by more, e.g. 5%"
+    ),
+    markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
+) -> None:
+    """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval."""
+    from attnbench.cli.parse import parse_fraction
+    from attnbench.views import compare
+
+    threshold = None  # "5%" or "0.05"; a bare number is a fraction, so below 1
+    if fail_above is not None:
+        threshold = parse_fraction(fail_above, "--fail-above", "a slowdown")
+    comparison = compare.compare_files(a, b)
+    if markdown:
+        typer.echo(compare.render_markdown(comparison) + "\n")
+    else:
+        core.console.print(compare.render_table(comparison))
+    for line in compare.summary(comparison, threshold):
+        typer.echo(line)
+    if comparison.failures(threshold):
+        raise typer.Exit(1)
+
+
+@core.app.command("report")
+def report_cmd(
+    plots: Path = typer.Option(Path("plots"), "--plots", help="folder of result CSVs"),
+    out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="folder to write into"),
+) -> None:
+    """Write Markdown tables of the result CSVs (yoso.md, scram.md, field.md) for the docs."""
+    from attnbench.views.report import write_reports
+
+    if not plots.is_dir():
+        raise UsageError(f"{plots}: no such folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: not a folder")
+    try:
+        written = write_reports(plots, out)
+    except ValueError as exc:
+        raise UsageError(f"cannot read results ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    for path in written:
+        core.console.print(f"wrote {path}")

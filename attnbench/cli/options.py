@@ -1,0 +1,56 @@
+"""Every option that several commands take, declared once: flag, type and help.
+
+A command gives its own default (`seq: options.Seq = "512..4096"`), so the same option can
+start from a different value where a study needs it; the help text stays the same
+everywhere. Used as `from attnbench.cli import options` and `seed: options.Seed = 0`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Seq = Annotated[
+    str | None,
+    typer.Option(
+        help="lengths n: a value 4096 (or 4k), a list 1k,4k or a doubling range 512..16384"
+    ),
+]
+Grid = Annotated[
+    str | None,
+    typer.Option(
+        help="images instead of sequences: HxW, a list, or a doubling range 32x32..256x256"
+    ),
+]
+Batch = Annotated[int, typer.Option(help="batch size (generated inputs)")]
+Heads = Annotated[int, typer.Option(help="attention heads (generated inputs)")]
+Dim = Annotated[int, typer.Option(help="head dimension d (generated inputs)")]
+Dtype = Annotated[str, typer.Option(help="float32, float64, float16 or bfloat16")]
+Device = Annotated[str, typer.Option(help="auto, cpu or cuda")]
+Backends = Annotated[str, typer.Option(help="comma list of backend specs")]
+Inputs = Annotated[
+    str,
+    typer.Option(
+        help="random, clustered[:size=N], model:minilm[:layer=L,head=H], blobs, image:NAME, "
+        "svd:NAME, three-blobs, or a .npz/.pt with q, k, v"
+    ),
+]
+Seed = Annotated[int, typer.Option(help="seed of the inputs and of stochastic backends")]
+Threads = Annotated[
+    int | None, typer.Option(help="CPU threads for torch and numba (default: torch's)")
+]
+Isolate = Annotated[
+    bool, typer.Option(help="run each case in a fresh process: a crash becomes a `crashed` row")
+]
+Resume = Annotated[
+    bool,
+    typer.Option(help="continue the run in --csv/--json: skip the cases it already completed"),
+]
+Csv = Annotated[
+    Path | None, typer.Option(help="write result rows to this CSV (+ .env.json record)")
+]
+Json = Annotated[Path | None, typer.Option(help="write rows and environment to this JSON file")]
+Plot = Annotated[Path | None, typer.Option(help="draw the study's figure to this PNG/SVG/PDF")]
+Out = Annotated[Path | None, typer.Option("--out", "-o", help="figure path (PNG/SVG/PDF)")]

@@ -1,0 +1,143 @@
+"""What the study commands do alike: check output paths before any work, open the result
+sink, run a study under a progress bar, report what was written, and read result files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnbench.cli import core
+from attnbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from attnbench.inputs import Source
+
+
+def outputs(csv: Path | None, json: Path | None, plot: Path | None):
+    """The three output paths, each probed writable with the right suffix."""
+    from attnbench.cli.parse import output_path, writable_file
+    from attnbench.results.schema import env_sidecar
+    from attnbench.views.figures import PLOT_SUFFIXES
+
+    paths = (
+        output_path(csv, "--csv", (".csv",)),
+        output_path(json, "--json", (".json",)),
+        output_path(plot, "--plot", PLOT_SUFFIXES),
+    )
+    if csv is not None:
+        writable_file(env_sidecar(csv), "--csv")
+    if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
+        raise UsageError(f"--json: {json} is where --csv keeps its environment record")
+    return paths
+
+
+def set_threads(threads: int | None) -> int:
+    from attnbench.cli.parse import positive
+    from attnbench.measure.threads import set_threads as apply
+
+    return apply(None if threads is None else positive(threads, "--threads"))
+
+
+def sink(env: dict, csv: Path | None, json: Path | None, resume: bool):
+    """The result sink, not yet open: a context that holds its outputs while the run writes
+    them; with `resume` it starts from the cases they already hold."""
+    from attnbench.results.sink import ResultSink
+
+    if resume and csv is None and json is None:
+        raise UsageError("--resume: give the --csv or --json file of the run to continue")
+    return ResultSink(env, csv, json, resume=resume)
+
+
+def inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids) -> Source:
+    """The --inputs source, checked against the lengths; a file's own shape replaces batch,
+    heads and dim."""
+    from attnbench.inputs import Inputs
+
+    source = Inputs(kind, batch, heads, dim)
+    if source.on_grid and grids is None:
+        raise UsageError(f"--inputs {kind} is an image: give its size with --grid HxW")
+    if grids is None:
+        source.check_lengths(seqs)
+    else:
+        source.check_lengths([h * w for h, w in grids], "--grid")
+    return source
+
+
+def run_study(study, result_sink=None, isolate: bool = False, threads: int | None = None):
+    """Run a study under a progress bar and return every case's rows, resumed ones included.
+
+    The runner validates the study's cases first, so a case that can never run is one error
+    line before the sink opens its outputs; the sink then holds them while cases commit.
+    A study with a `report` hook (the model study's batch search) reports progress inside a
+    case: each report replaces the progress line's description.
+    """
+    from contextlib import nullcontext
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attnbench.run.runner import run
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    progress = Progress(*columns, console=core.progress_console, transient=True)
+    task = progress.add_task("starting")
+    started = 0
+
+    def on_case(case) -> None:
+        nonlocal started
+        progress.update(task, description=case.title, completed=started)
+        started += 1
+
+    if hasattr(study, "report"):
+        study.report = lambda text: progress.update(task, description=text)
+    executor = "isolated" if isolate else "in-process"
+    sweep = run(study, result_sink, executor, threads, on_case)
+    total = len(study.cases)
+    with result_sink if result_sink is not None else nullcontext(), progress:
+        progress.update(task, total=total)
+        rows = [row for case_rows in sweep for row in case_rows]
+        progress.update(task, completed=total)
+    return rows
+
+
+def finish(result_sink, rows: list, plot: Path | None) -> None:
+    """Name the files written, and draw the study's figure if asked."""
+    for path in (result_sink.csv, result_sink.json):
+        if path is not None:
+            core.console.print(f"wrote {path}")
+    if plot is not None:
+        from attnbench.results.schema import rows_frame
+        from attnbench.views.plots import plot_results
+
+        plot_results(rows_frame(rows), plot)
+        core.console.print(f"wrote {plot}")
+
+
+def read_results(path: Path):
+    """The rows of a result file; UsageError naming the file if it cannot be read."""
+    from attnbench.results.read import read_rows
+
+    try:
+        return read_rows(path)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UsageError(f"{path}: cannot read results ({exc})") from None
+
+
+def run_env(results: Path) -> dict | None:
+    """The environment record of a result file: a CSV's .env.json sidecar, a JSON's "env"."""
+    import json
+
+    from attnbench.results.schema import env_sidecar
+
+    try:
+        if results.suffix.lower() == ".json":
+            return json.loads(results.read_text()).get("env")
+        sidecar = env_sidecar(results)
+        return json.loads(sidecar.read_text()) if sidecar.is_file() else None
+    except (OSError, ValueError, AttributeError):  # no usable record: the rows alone
+        return None

@@ -1,0 +1,182 @@
+"""`attnbench time` and `attnbench model`: what a backend costs, alone and in a model."""
+
+import typer
+
+from attnbench.cli import core, options, shared
+from attnbench.errors import UsageError
+from attnbench.measure import DEFAULT_MIN_TIME_S
+from attnbench.run.case import MODES
+
+DEFAULT_BACKENDS = "softmax,sdpa,yoso-e,yoso-32"
+
+
+@core.app.command("time")
+def time_cmd(
+    seq: options.Seq = None,
+    grid: options.Grid = None,
+    batch: options.Batch = 1,
+    heads: options.Heads = 4,
+    dim: options.Dim = 64,
+    dtype: options.Dtype = "float32",
+    device: options.Device = "auto",
+    backends: options.Backends = DEFAULT_BACKENDS,
+    inputs: options.Inputs = "random",
+    mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
+    repeats: int = typer.Option(10, help="timed samples per case, at least"),
+    min_time: float = typer.Option(
+        DEFAULT_MIN_TIME_S, help="seconds of timed samples per case, at least (fast calls: more)"
+    ),
+    max_spread: str = typer.Option(
+        "10%", help="a case whose IQR/median exceeds this is marked unstable"
+    ),
+    warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
+    seed: options.Seed = 0,
+    threads: options.Threads = None,
+    baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
+    isolate: options.Isolate = False,
+    resume: options.Resume = False,
+    csv: options.Csv = None,
+    json: options.Json = None,
+    plot: options.Plot = None,
+) -> None:
+    """Runtime and peak memory vs sequence length (YOSO Fig. 7, SCRAM Fig. 4).
+
+    Lengths default to --seq 4096; --grid times images instead."""
+    from attnbench.backends import get_backend, parse_backends
+    from attnbench.cli.parse import (
+        MAX_COUNT,
+        check_inputs_fit,
+        check_min_time,
+        check_seed,
+        check_threads,
+        non_negative,
+        parse_dtype,
+        parse_fraction,
+        parse_grids,
+        parse_sizes,
+        positive,
+        resolve_device,
+    )
+    from attnbench.studies.time import TimeSpec
+
+    if mode not in MODES:
+        raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    seed, threads = check_seed(seed), check_threads(threads)
+    if seq is not None and grid is not None:
+        raise UsageError("--seq and --grid both set the lengths; give one of them")
+    grids = parse_grids(grid, "--grid") if grid is not None else None
+    seqs = parse_sizes("4096" if seq is None else seq, "--seq") if grids is None else []
+    batch = positive(batch, "--batch")
+    heads = positive(heads, "--heads")
+    dim = positive(dim, "--dim")
+    spec = TimeSpec(
+        seqs=seqs,
+        grids=grids,
+        backends=parse_backends(backends),
+        batch=batch,
+        heads=heads,
+        dim=dim,
+        # an image is repeated over batch and heads
+        inputs=shared.inputs(inputs, batch, heads, dim, seqs, grids),
+        dtype=parse_dtype(dtype),
+        device=resolve_device(device),
+        mode=mode,
+        repeats=positive(repeats, "--repeats", MAX_COUNT),
+        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
+        seed=seed,
+        baseline=get_backend(baseline),
+        min_time=check_min_time(min_time),
+        max_spread=parse_fraction(max_spread, "--max-spread"),
+    )
+    check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)
+    csv, json, plot = shared.outputs(csv, json, plot)
+    from attnbench.measure.allocator import steady_allocator
+    from attnbench.measure.env import environment
+    from attnbench.results.schema import rows_frame
+    from attnbench.views.tables import time_table, unstable_warning
+
+    steady_allocator()
+    threads = shared.set_threads(threads)
+    sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
+    rows = shared.run_study(spec, sink, isolate, threads)
+    frame = rows_frame(rows)
+    core.console.print(time_table(frame, spec.baseline.spec, spec.max_spread))
+    warning = unstable_warning(frame, spec.max_spread)
+    if warning:
+        typer.echo(warning, err=True)
+    shared.finish(sink, rows, plot)
+
+
+@core.app.command("model")
+def model_cmd(
+    seq: options.Seq = "512..4096",
+    backends: options.Backends = DEFAULT_BACKENDS,
+    layers: int = typer.Option(6, help="encoder layers"),
+    width: int = typer.Option(256, help="embedding dimension (a multiple of --heads)"),
+    hidden: int = typer.Option(1024, help="feed-forward hidden dimension"),
+    heads: options.Heads = 4,
+    steps: int = typer.Option(10, help="timed training steps per case (their mean is reported)"),
+    warmup: int = typer.Option(2, help="untimed training steps before them"),
+    memory_budget: str = typer.Option(
+        None, help="memory a step may use, e.g. 4GiB or 512MiB (default: 80% of what is free)"
+    ),
+    max_batch: int = typer.Option(64, help="the largest batch the search tries"),
+    device: options.Device = "auto",
+    seed: options.Seed = 0,
+    threads: options.Threads = None,
+    resume: options.Resume = False,
+    csv: options.Csv = None,
+    json: options.Json = None,
+    plot: options.Plot = None,
+) -> None:
+    """Training cost of a whole encoder per instance vs length (YOSO Fig. 7).
+
+    Each case trains at the largest batch that fits the memory budget."""
+    from attnbench.backends import parse_backends
+    from attnbench.cli.parse import (
+        MAX_BATCH,
+        MAX_COUNT,
+        MAX_LAYERS,
+        MAX_MODEL_SIZE,
+        check_seed,
+        check_threads,
+        non_negative,
+        parse_bytes,
+        parse_sizes,
+        positive,
+        resolve_device,
+    )
+    from attnbench.studies.model import ModelConfig, ModelSpec
+
+    seed, threads = check_seed(seed), check_threads(threads)
+    heads = positive(heads, "--heads")
+    width = positive(width, "--width", MAX_MODEL_SIZE)
+    if width % heads:
+        raise UsageError(f"--width: {width} is not a multiple of --heads {heads}")
+    config = ModelConfig(
+        layers=positive(layers, "--layers", MAX_LAYERS),
+        width=width,
+        hidden=positive(hidden, "--hidden", MAX_MODEL_SIZE),
+        heads=heads,
+    )
+    spec = ModelSpec(
+        seqs=parse_sizes(seq, "--seq"),
+        backends=parse_backends(backends),
+        config=config,
+        steps=positive(steps, "--steps", MAX_COUNT),
+        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
+        memory_budget=None if memory_budget is None else parse_bytes(memory_budget),
+        max_batch=positive(max_batch, "--max-batch", MAX_BATCH),
+        device=resolve_device(device),
+        seed=seed,
+    )
+    csv, json, plot = shared.outputs(csv, json, plot)
+    from attnbench.measure.env import environment
+    from attnbench.results.schema import rows_frame
+    from attnbench.views.tables import model_table
+
+    threads = shared.set_threads(threads)
+    sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
+    rows = shared.run_study(spec, sink, threads=threads)
+    core.console.print(model_table(rows_frame(rows)))
+    shared.finish(sink, rows, plot)
