@@ -29,8 +29,10 @@ import math
 
 import torch
 
+from attnbench.backends.cost import Cost, Shape, autograd_backward, matmul
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import MAX_SEED_PARAM, Backend, choice_param, int_param, register
+from attnbench.backends.softmax import softmax_cost
 
 SHARES = ("heads", "kv", "none")
 
@@ -54,21 +56,23 @@ def project(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.einsum("hkn,bhnc->bhkc", p, x)
 
 
-def linformer_attention(q, k, v, e, f, mask=None) -> torch.Tensor:
-    """softmax(Q (E K)^T / sqrt(d)) (F V) with masked keys and values zeroed before projecting
-    and masked query rows zero. e, f: [k_proj, n] or [H, k_proj, n] in q's dtype."""
-    if mask is not None:
-        keep = token_mask(mask)
-        k = k * keep.to(k.dtype)
-        v = v * keep.to(v.dtype)
-    weights = linformer_weights(q, project(e, k))
-    return zero_masked_rows(weights @ project(f, v), mask)
+def masked_keys_values(k, v, mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values with the masked tokens' rows zeroed: nothing of them is projected."""
+    if mask is None:
+        return k, v
+    keep = token_mask(mask)
+    return k * keep.to(k.dtype), v * keep.to(v.dtype)
+
+
+def linformer_scores(q: torch.Tensor, k_proj: torch.Tensor) -> torch.Tensor:
+    """Q (E K)^T / sqrt(d), [B, H, n, k]: scaled in place (the product's backward needs its
+    operands, not its output)."""
+    return (q @ k_proj.transpose(-1, -2)).div_(math.sqrt(q.shape[-1]))
 
 
 def linformer_weights(q: torch.Tensor, k_proj: torch.Tensor) -> torch.Tensor:
     """softmax(Q (E K)^T / sqrt(d)), [B, H, n, k]: a distribution over the projected keys."""
-    scores = (q @ k_proj.transpose(-1, -2)).div_(math.sqrt(q.shape[-1]))
-    return torch.softmax(scores, -1)
+    return torch.softmax(linformer_scores(q, k_proj), -1)
 
 
 @register
@@ -85,6 +89,7 @@ class Linformer(Backend):
     complexity = "O(n k d) time, O(n k) memory"
     stochastic = True  # the projections are a random draw (from seed)
     summary = "Linformer: keys and values projected to k along the sequence"
+    stages = ("project", "scores", "softmax", "weighted_sum")
 
     def __init__(self, **values):
         super().__init__(**values)
@@ -103,8 +108,50 @@ class Linformer(Backend):
         return self._projections[key]
 
     def forward(self, q, k, v, mask=None):
-        e, f = self.projections(k.shape[-2], q.shape[1], q.device, q.dtype)
-        return linformer_attention(q, k, v, e, f, mask)
+        """softmax(Q (E K)^T / sqrt(d)) (F V), masked keys and values zeroed before projecting
+        and masked query rows zero."""
+        with self.stage("project"):
+            e, f = self.projections(k.shape[-2], q.shape[1], q.device, q.dtype)
+            k, v = masked_keys_values(k, v, mask)
+            k_proj, v_proj = project(e, k), project(f, v)
+        with self.stage("scores"):
+            scores = linformer_scores(q, k_proj)
+        with self.stage("softmax"):
+            weights = torch.softmax(scores, -1)
+        with self.stage("weighted_sum"):
+            return zero_masked_rows(weights @ v_proj, mask)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """With P = B H and k projected rows: project, E K and F V, 2 P k n (d + dv) matmul,
+        k, v and E, F (one matrix for share=kv, H of each for share=none) read, E K and F V
+        written; scores, 2 P n k d matmul and P n k scalings; softmax, 5 P n k; weighted_sum,
+        2 P n k dv matmul. Backward: `autograd_backward` of all four, E and F constant (one
+        gradient product each for E K and F V). The mask's zeroing is not counted."""
+        n, d, dv, size = shape.n, shape.dim, shape.dv, shape.itemsize
+        rows = int(self.values["k"])
+        share = self.values["share"]
+        matrices = {"heads": 2, "kv": 1, "none": 2 * shape.heads}[share] * rows * n
+        project_flops = matmul(shape.planes, rows, n, d) + matmul(shape.planes, rows, n, dv)
+        forward = {
+            "project": Cost(
+                project_flops,
+                0.0,
+                shape.bytes(n * (d + dv) + rows * (d + dv)) + matrices * size,
+            ),
+            "scores": Cost(
+                matmul(shape.planes, n, d, rows),
+                shape.elements(n, rows),
+                shape.bytes(n * d + rows * d + n * rows),
+            ),
+            "softmax": softmax_cost(shape.elements(n, rows), size),
+            "weighted_sum": Cost(
+                matmul(shape.planes, n, rows, dv), 0.0, shape.bytes(n * rows + rows * dv + n * dv)
+            ),
+        }
+        costs = dict(forward) if shape.forward else {}
+        if shape.backward:
+            costs["backward"] = autograd_backward(forward.values(), project_flops)
+        return costs
 
     def effective_map(self, q, k, mask=None):
         """softmax(Q (E K)^T / sqrt(d)) F, [B, H, n, n]: the signed matrix the output applies

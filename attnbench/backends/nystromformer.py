@@ -41,6 +41,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attnbench.backends.cost import Cost, Shape, autograd_backward, matmul
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import (
     MAX_PARAM,
@@ -138,22 +139,34 @@ def depthwise_conv(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.conv2d(v, kernel, padding=(size // 2, 0), groups=heads)
 
 
-def nystrom_factors(q, k, m: int, iterations: int, mask=None):
-    """The three factors: softmax(Q K~^T) [B,H,n,m], Z [B,H,m,m], softmax(Q~ K^T) [B,H,m,n]."""
+def nystrom_landmarks(q, k, m: int, mask=None):
+    """Q scaled by 1/sqrt(d), its landmarks Q~ and K's K~ [B, H, m, d], and which segments
+    hold any unmasked token ([B, m]; None without a mask)."""
     q = q * (1.0 / math.sqrt(q.shape[-1]))
     q_land, keep = landmarks_of(q, m, mask)
     k_land, _ = landmarks_of(k, m, mask)
+    return q, q_land, k_land, keep
+
+
+def nystrom_kernels(q, k, q_land, k_land, keep, mask=None):
+    """The three softmax kernels: softmax(Q K~^T) [B,H,n,m], A = softmax(Q~ K~^T) [B,H,m,m]
+    (float32 at least: the iteration squares its conditioning), softmax(Q~ K^T) [B,H,m,n]."""
     kernel_1 = _masked_softmax(q @ k_land.transpose(-1, -2), keep)
     scores_2 = q_land @ k_land.transpose(-1, -2)
-    # the iteration squares A's conditioning: run it in float32 at least
     work = torch.promote_types(scores_2.dtype, torch.float32)
     kernel_2 = _masked_softmax(scores_2.to(work), keep)
     kernel_3 = _masked_softmax(q_land @ k.transpose(-1, -2), mask)
     if keep is not None:  # a landmark without tokens: no row in A nor in softmax(Q~ K^T)
         kernel_2 = kernel_2 * token_mask(keep).to(work)
         kernel_3 = kernel_3 * token_mask(keep).to(kernel_3.dtype)
-    z = iterative_pinv(kernel_2, iterations).to(q.dtype)
-    return kernel_1, z, kernel_3
+    return kernel_1, kernel_2, kernel_3
+
+
+def nystrom_factors(q, k, m: int, iterations: int, mask=None):
+    """The three factors: softmax(Q K~^T) [B,H,n,m], Z [B,H,m,m], softmax(Q~ K^T) [B,H,m,n]."""
+    q, q_land, k_land, keep = nystrom_landmarks(q, k, m, mask)
+    kernel_1, kernel_2, kernel_3 = nystrom_kernels(q, k, q_land, k_land, keep, mask)
+    return kernel_1, iterative_pinv(kernel_2, iterations).to(q.dtype), kernel_3
 
 
 @register
@@ -170,6 +183,7 @@ class Nystromformer(Backend):
     }
     complexity = "O(n m d + m^3 iterations + n conv d) time, O(n m) memory"
     summary = "Nyströmformer: landmark Nyström approximation + depthwise conv of V"
+    stages = ("landmarks", "kernels", "pseudo_inverse", "products", "conv")
 
     def __init__(self, **values):
         super().__init__(**values)
@@ -187,17 +201,78 @@ class Nystromformer(Backend):
     def landmark_count(self, n: int) -> int:
         return min(int(self.values["landmarks"]), n)
 
+    def stages_in(self, mode: str, device: str = "cpu") -> tuple[str, ...]:
+        """As `Backend.stages_in`, without "conv" when conv=0 (no convolution runs)."""
+        stages = super().stages_in(mode, device)
+        return stages if self.values["conv"] else tuple(s for s in stages if s != "conv")
+
     def forward(self, q, k, v, mask=None):
         m, iterations = self.landmark_count(k.shape[-2]), int(self.values["iterations"])
-        kernel_1, z, kernel_3 = nystrom_factors(q, k, m, iterations, mask)
-        if mask is not None:
-            v = v * token_mask(mask).to(v.dtype)
-        # kernel_1 (Z (kernel_3 V)): O(n m dv + m^2 dv), never an n x m by m x m product
-        out = kernel_1 @ (z @ (kernel_3 @ v))
-        weight = self.conv_weight(q.shape[1])
-        if weight is not None:
-            out = out + depthwise_conv(v, weight.to(v.device))
+        with self.stage("landmarks"):
+            q, q_land, k_land, keep = nystrom_landmarks(q, k, m, mask)
+        with self.stage("kernels"):
+            kernel_1, kernel_2, kernel_3 = nystrom_kernels(q, k, q_land, k_land, keep, mask)
+        with self.stage("pseudo_inverse"):
+            z = iterative_pinv(kernel_2, iterations).to(q.dtype)
+        with self.stage("products"):
+            if mask is not None:
+                v = v * token_mask(mask).to(v.dtype)
+            # kernel_1 (Z (kernel_3 V)): O(n m dv + m^2 dv), never an n x m by m x m product
+            out = kernel_1 @ (z @ (kernel_3 @ v))
+        if self.values["conv"]:
+            with self.stage("conv"):
+                weight = self.conv_weight(q.shape[1])
+                out = out + depthwise_conv(v, weight.to(v.device))
         return zero_masked_rows(out, mask)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """With P = B H, m = min(landmarks, n) landmarks, T iterations, c conv taps:
+        landmarks, 3 P n d other (scaling Q, the segment sums, the means); kernels, the three
+        score products 2 P (2 n m + m^2) d matmul and their softmaxes, 5 P (2 n m + m^2), the
+        scores written and read back; pseudo_inverse, 8 P T m^3 matmul (four m x m products
+        an iteration), P (4 m^2 + 2 m + 7 T m^2) other (the norms and Z_0; per iteration the
+        three c I - X and the 1/4), its traffic taken as 24 m^2 an iteration in float32 at
+        least; products, 2 P (2 n m + m^2) dv matmul; conv, 2 P n dv c matmul (every tap,
+        padding included, as the convolution computes it) and the sum with the attention
+        part. Backward: `autograd_backward` of all of them, the conv kernel constant. The
+        mask's work is not counted."""
+        n, d, dv, size = shape.n, shape.dim, shape.dv, shape.itemsize
+        m, steps = self.landmark_count(n), int(self.values["iterations"])
+        work = max(size, 4)
+        planes = shape.planes
+        kernel_entries = 2 * n * m + m * m
+        forward = {
+            "landmarks": Cost(0.0, 3.0 * shape.elements(n, d), shape.bytes(3 * n * d + 2 * m * d)),
+            "kernels": Cost(
+                matmul(planes, n, d, m) + matmul(planes, m, d, m) + matmul(planes, m, d, n),
+                5.0 * shape.elements(kernel_entries),
+                shape.bytes(2 * n * d + 2 * m * d + 6 * n * m) + 3 * shape.elements(m, m) * work,
+            ),
+            "pseudo_inverse": Cost(
+                4 * steps * matmul(planes, m, m, m),
+                shape.elements(4 * m * m + 2 * m + 7 * steps * m * m),
+                shape.bytes(m * m, itemsize=work) * (1 + 24 * steps) + shape.bytes(m * m),
+                shape.bytes(4 * m * m, itemsize=work),
+            ),
+            "products": Cost(
+                matmul(planes, m, n, dv) + matmul(planes, m, m, dv) + matmul(planes, n, m, dv),
+                0.0,
+                shape.bytes(2 * n * m + m * m + 2 * n * dv + 4 * m * dv),
+            ),
+        }
+        taps = int(self.values["conv"])
+        conv_flops = 0.0
+        if taps:
+            conv_flops = matmul(planes, n, taps, dv)
+            forward["conv"] = Cost(
+                conv_flops,
+                float(shape.elements(n, dv)),
+                shape.bytes(3 * n * dv) + shape.heads * taps * size,
+            )
+        costs = dict(forward) if shape.forward else {}
+        if shape.backward:
+            costs["backward"] = autograd_backward(forward.values(), conv_flops)
+        return costs
 
     def attention_map(self, q, k, mask=None):
         """softmax(Q K~^T) Z softmax(Q~ K^T), [B, H, n, n]: the attention part (no conv)."""

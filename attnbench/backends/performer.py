@@ -34,6 +34,7 @@ import math
 
 import torch
 
+from attnbench.backends.cost import Cost, Shape, autograd_backward, matmul
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import MAX_SEED_PARAM, Backend, int_param, register
 from attnbench.backends.resampling import Resampling, resample_param
@@ -107,6 +108,7 @@ class Performer(Resampling, Backend):
     complexity = "O(n r d) time, O(n r + r d) memory"
     stochastic = True
     summary = "Performer FAVOR+: positive orthogonal random features, linear in n"
+    stages = ("features", "kv", "output")
 
     def projection(self, d: int, device, dtype, call: int = 0) -> torch.Tensor:
         """W [r, d] of draw `call`, kept for the latest call per shape."""
@@ -127,12 +129,50 @@ class Performer(Resampling, Backend):
         return phi_q, phi_k
 
     def forward(self, q, k, v, mask=None):
-        phi_q, phi_k = self._features(q, k, mask, self._call(advance=True))
-        kv = phi_k.transpose(-1, -2) @ v.to(phi_k.dtype)  # [B, H, r, dv]
-        num = phi_q @ kv
-        den = phi_q @ phi_k.sum(-2).unsqueeze(-1)  # [B, H, n, 1]
-        out = num / den.clamp_min(torch.finfo(den.dtype).tiny)
-        return zero_masked_rows(out.to(v.dtype), mask)
+        with self.stage("features"):
+            phi_q, phi_k = self._features(q, k, mask, self._call(advance=True))
+        with self.stage("kv"):
+            kv = phi_k.transpose(-1, -2) @ v.to(phi_k.dtype)  # [B, H, r, dv]
+            k_sum = phi_k.sum(-2).unsqueeze(-1)  # [B, H, r, 1]
+        with self.stage("output"):
+            num = phi_q @ kv
+            den = phi_q @ k_sum  # [B, H, n, 1]
+            out = num / den.clamp_min(torch.finfo(den.dtype).tiny)
+            return zero_masked_rows(out.to(v.dtype), mask)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """With P = B H and r features, features in float32 at least: features, Q W^T and
+        K W^T, 4 P n d r matmul, P (4 n d + 7 n r + 2 n) other (the d^(-1/4) scalings, |k|^2/2,
+        the stabilisers' maxima, the shifts, exp), q, k and W read, phi(Q), phi(K) written;
+        kv, phi(K)^T V, 2 P r n dv matmul, and the normaliser's sum phi(K)^T 1, P n r; output,
+        phi(Q) (phi(K)^T V) and phi(Q) (phi(K)^T 1), 2 P n r (dv + 1) matmul, P n (dv + 1)
+        other (the clamp and the division). Backward: `autograd_backward` of all three, W
+        constant. The mask's work is not counted."""
+        n, d, dv, r = shape.n, shape.dim, shape.dv, int(self.values["features"])
+        work = 8 if shape.itemsize == 8 else 4
+        planes = shape.planes
+        features = 2 * matmul(planes, n, d, r)
+        forward = {
+            "features": Cost(
+                features,
+                shape.elements(4 * n * d + 7 * n * r + 2 * n),
+                shape.bytes(2 * n * d) + shape.bytes(2 * n * r, itemsize=work) + r * d * work,
+            ),
+            "kv": Cost(
+                matmul(planes, r, n, dv),
+                shape.elements(n, r),
+                shape.bytes(n * r + r * dv + r, itemsize=work) + shape.bytes(n * dv),
+            ),
+            "output": Cost(
+                matmul(planes, n, r, dv) + matmul(planes, n, r, 1),
+                shape.elements(n * (dv + 1)),
+                shape.bytes(n * r + r * dv + r, itemsize=work) + shape.bytes(n * dv),
+            ),
+        }
+        costs = dict(forward) if shape.forward else {}
+        if shape.backward:
+            costs["backward"] = autograd_backward(forward.values(), features)
+        return costs
 
     def attention_map(self, q, k, mask=None):
         """The dense normalised kernel estimate phi(q_i).phi(k_j) / sum_j (small n), from

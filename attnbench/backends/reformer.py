@@ -37,6 +37,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attnbench.backends.cost import Cost, Shape, autograd_backward, matmul
 from attnbench.backends.masking import zero_masked_rows
 from attnbench.backends.registry import MAX_SEED_PARAM, Backend, int_param, register
 from attnbench.backends.resampling import Resampling, resample_param
@@ -107,6 +108,7 @@ class Reformer(Resampling, Backend):
     )
     stochastic = True
     summary = "Reformer LSH attention: shared QK, sorted buckets, chunk + previous chunk"
+    stages = ("hash", "sort", "chunk_attention", "unsort", "combine")
 
     def rotations(self, heads: int, d: int, n_buckets: int, device, call: int = 0):
         """R [heads, hashes, d, n_buckets/2] of draw `call`, kept for the latest call."""
@@ -140,40 +142,101 @@ class Reformer(Resampling, Backend):
         n_pad, chunks, _ = layout(n, c)
         rounds = self.values["hashes"]
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        codes = self.buckets(q, mask, call).reshape(b * h, rounds, n_pad)
-        pos = torch.arange(n_pad, device=q.device)
-        order = (codes * n_pad + pos).argsort(-1)  # sort by (bucket, position)
-        undo = torch.empty_like(order).scatter_(-1, order, pos.expand_as(order))
+        with self.stage("hash"):
+            codes = self.buckets(q, mask, call).reshape(b * h, rounds, n_pad)
 
-        x = F.pad(q.to(dtype), (0, 0, 0, n_pad - n)).reshape(b * h, n_pad, d)
-        vx = F.pad(v.to(dtype), (0, 0, 0, n_pad - n)).reshape(b * h, n_pad, -1)
-        valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
-        valid = F.pad(valid, (0, n_pad - n), value=False)
-        valid = valid[:, None, :].expand(b, h, n_pad).reshape(b * h, n_pad, 1)
+        with self.stage("sort"):
+            pos = torch.arange(n_pad, device=q.device)
+            order = (codes * n_pad + pos).argsort(-1)  # sort by (bucket, position)
+            undo = torch.empty_like(order).scatter_(-1, order, pos.expand_as(order))
+            x = F.pad(q.to(dtype), (0, 0, 0, n_pad - n)).reshape(b * h, n_pad, d)
+            vx = F.pad(v.to(dtype), (0, 0, 0, n_pad - n)).reshape(b * h, n_pad, -1)
+            valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
+            valid = F.pad(valid, (0, n_pad - n), value=False)
+            valid = valid[:, None, :].expand(b, h, n_pad).reshape(b * h, n_pad, 1)
+            pos_q = order.unflatten(2, (chunks, c))  # [G, R, chunks, c]
+            pos_k = _window(pos_q.unsqueeze(-1))[..., 0]  # own + previous chunk [G,R,chunks,2c]
+            keys = pos_k.flatten(2)  # the windows' rows gathered at once, no copy to concatenate
+            qs = _gather_rows(x * (1.0 / math.sqrt(d)), order).unflatten(2, (chunks, c))
+            ks = _gather_rows(F.normalize(x, dim=-1), keys).unflatten(2, (chunks, 2 * c))
+            vs = _gather_rows(vx, keys).unflatten(2, (chunks, 2 * c))
+            ok = _gather_rows(valid, keys).unflatten(2, (chunks, 2 * c))[..., 0]
 
-        pos_q = order.unflatten(2, (chunks, c))  # [G, R, chunks, c]
-        pos_k = _window(pos_q.unsqueeze(-1))[..., 0]  # own + previous chunk [G, R, chunks, 2c]
-        keys = pos_k.flatten(2)  # the windows' rows gathered at once, no copy to concatenate
-        qs = _gather_rows(x * (1.0 / math.sqrt(d)), order).unflatten(2, (chunks, c))
-        ks = _gather_rows(F.normalize(x, dim=-1), keys).unflatten(2, (chunks, 2 * c))
-        vs = _gather_rows(vx, keys).unflatten(2, (chunks, 2 * c))
-        ok = _gather_rows(valid, keys).unflatten(2, (chunks, 2 * c))[..., 0]
+        with self.stage("chunk_attention"):
+            scores = qs @ ks.transpose(-1, -2)  # [G, R, chunks, c, 2c], scaled by 1/sqrt(d)
+            scores.masked_fill_(~_allowed(ok, c, chunks), torch.finfo(dtype).min)
+            lse = scores.logsumexp(-1, keepdim=True)
+            weights = torch.softmax(scores, -1)
+            out = (weights @ vs).flatten(2, 3)  # sorted order [G, R, n_pad, dv]
 
-        scores = qs @ ks.transpose(-1, -2)  # [G, R, chunks, c, 2c], scaled by 1/sqrt(d)
-        scores.masked_fill_(~_allowed(ok, c, chunks), torch.finfo(dtype).min)
-        lse = scores.logsumexp(-1, keepdim=True)
-        weights = torch.softmax(scores, -1)
-        out = (weights @ vs).flatten(2, 3)  # sorted order [G, R, n_pad, dv]
-        out = out.gather(2, undo.unsqueeze(-1).expand_as(out))
-        lse = lse.flatten(2, 4).gather(2, undo)
+        with self.stage("unsort"):
+            out = out.gather(2, undo.unsqueeze(-1).expand_as(out))
+            lse = lse.flatten(2, 4).gather(2, undo)
         return out, lse, weights, pos_k, order
 
     def forward(self, q, k, v, mask=None):
         b, h, n, _ = q.shape
         out, lse, _, _, _ = self._attend(q, v, mask, self._call(advance=True))
-        mix = torch.softmax(lse, dim=1).unsqueeze(-1)  # rounds' log-sum-exp weights
-        y = (out * mix).sum(1)[:, :n].reshape(b, h, n, -1)
-        return zero_masked_rows(y.to(v.dtype), mask)
+        with self.stage("combine"):
+            mix = torch.softmax(lse, dim=1).unsqueeze(-1)  # rounds' log-sum-exp weights
+            y = (out * mix).sum(1)[:, :n].reshape(b, h, n, -1)
+            return zero_masked_rows(y.to(v.dtype), mask)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """With P = B H, R rounds, chunk length c, n_pad and b_n = n_buckets (`layout`), in
+        float32 at least: hash, the rotations' R n d b_n / 2 multiply-adds a plane
+        (2 P R n d b_n / 2 matmul), P R n (b_n + 3) other (max and min over the b_n / 2
+        projections, the sign test), codes written, its working set one block of
+        projections (HASH_BLOCK floats at most); sort, P R n_pad (log2 n_pad + 2) other
+        (the argsort's comparisons, its keys) and 4 P n_pad d (scaling, normalising the
+        keys), the sorted queries and the windows' keys and values (2 n_pad rows a round)
+        written; chunk_attention, each of the R n_pad queries against its 2c keys,
+        4 P R n_pad c (d + dv) matmul, 11 other a score (key rule, fill, log-sum-exp,
+        softmax) and 2 a row, scores and weights written and read back; unsort, the
+        outputs and log-sum-exps gathered back; combine, P R n_pad (5 + 2 dv) other (the
+        rounds' softmax, weighting, sum). Backward: `autograd_backward` of sort (without
+        the argsort), chunk_attention, unsort and combine; the hash has no gradient. The
+        mask's work is not counted."""
+        n, d, dv, size = shape.n, shape.dim, shape.dv, shape.itemsize
+        c, rounds = int(self.values["bucket"]), int(self.values["hashes"])
+        n_pad, chunks, n_buckets = layout(n, c)
+        half = n_buckets // 2
+        work = 8 if size == 8 else 4
+        planes = shape.planes
+        step = max(1, HASH_BLOCK // (planes * rounds * half))
+        rows = shape.elements(rounds * n_pad)  # sorted queries of all planes and rounds
+        scores = rows * 2 * c
+        gathers = Cost(
+            0.0,
+            shape.elements(4 * n_pad * d),
+            shape.bytes(n * (d + dv)) + rows * (3 * d + 2 * dv) * work,
+        )
+        forward = {
+            "hash": Cost(
+                rounds * matmul(planes, n, d, half),
+                shape.elements(rounds * n * (2 * half + 3)),
+                shape.bytes(n * d) + shape.heads * rounds * d * half * 4 + rows * 8,
+                float(planes * rounds * half * min(step, n) * 4),
+            ),
+            "sort": gathers + Cost(0.0, rows * (math.log2(max(n_pad, 2)) + 2), rows * 3 * 8.0),
+            "chunk_attention": Cost(
+                matmul(planes * rounds * chunks, c, d, 2 * c)
+                + matmul(planes * rounds * chunks, c, 2 * c, dv),
+                11.0 * scores + 2.0 * rows,
+                (rows * (3 * d + 3 * dv + 1) + 4 * scores) * work + rows * 2 * c,
+            ),
+            "unsort": Cost(0.0, 0.0, rows * (2 * dv + 2) * work + rows * 8),
+            "combine": Cost(
+                0.0, rows * (5.0 + 2 * dv), rows * (dv + 1) * work + shape.bytes(n * dv)
+            ),
+        }
+        costs = dict(forward) if shape.forward else {}
+        if shape.backward:
+            differentiated = [gathers] + [
+                forward[s] for s in ("chunk_attention", "unsort", "combine")
+            ]
+            costs["backward"] = autograd_backward(differentiated)
+        return costs
 
     def attention_map(self, q, k, mask=None):
         """Dense [B, H, n, n] weights the last forward's rotations give (small n): each

@@ -10,14 +10,16 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from attnbench.backends.cost import Cost, Shape
 from attnbench.errors import UsageError
-from attnbench.measure import is_cuda
+from attnbench.measure import is_cuda, stageclock
 
 if TYPE_CHECKING:
     from attnbench.run.case import Case
@@ -111,6 +113,11 @@ class Backend:
     # map_blocks computes only the rows asked for (else it returns the whole dense map)
     map_in_blocks: ClassVar[bool] = False
     summary: ClassVar[str] = ""
+    # The named parts of a call, in order: `stage(name)` marks each in profiler traces, and
+    # `cost(shape)` gives each one's work. "backward" is what a backward pass does outside
+    # the backward stages the backend marks itself (the profile study marks it).
+    stages: ClassVar[tuple[str, ...]] = ()
+    backward_stages: ClassVar[tuple[str, ...]] = ("backward",)
 
     def __init__(self, **values: Any):
         self.values = {key: param.default for key, param in self.params.items()}
@@ -146,6 +153,35 @@ class Backend:
             return
         for rows in blocks:
             yield rows, self.map_of(q[..., rows, :], k, grid=grid)
+
+    def stage(self, name: str):
+        """The marker of one stage, named "backend.stage": a span of the running stage
+        clock (how `attnbench profile` times stages on the CPU), else a profiler range
+        (what a trace shows; an NVTX range on CUDA when torch emits them), else nothing,
+        as a range costs microseconds and some backends mark dozens a call."""
+        clock = stageclock.running()
+        if clock is not None:
+            return clock.span(f"{self.name}.{name}")
+        if not torch._C._autograd._profiler_enabled():
+            return nullcontext()
+        return torch.profiler.record_function(f"{self.name}.{name}")
+
+    def marking(self) -> bool:
+        """Whether `stage` marks anything now: a stage clock or a profiler runs. A backend
+        that must split its work to mark it (SCRAM's passes) splits it only then."""
+        return stageclock.running() is not None or torch._C._autograd._profiler_enabled()
+
+    def stages_in(self, mode: str, device: str = "cpu") -> tuple[str, ...]:
+        """The stages a call in `mode` on `device` runs: forward, backward, or both (the
+        keys of `cost` for that mode and device)."""
+        forward = self.stages if mode in ("fwd", "fwdbwd") else ()
+        backward = self.backward_stages if mode in ("bwd", "fwdbwd") else ()
+        return forward + backward
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """The algorithmic work of each stage that a call of `shape` runs (`stages_in`
+        its mode), by stage name; empty when the backend states no cost model."""
+        return {}
 
     def predicted_bytes(self, batch: int, heads: int, n: int, d: int, itemsize: int) -> int:
         """Bytes of the largest intermediates, to skip cases that cannot fit before running."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from attnbench.backends.cost import Cost, Shape
 from attnbench.backends.masking import zero_masked_rows
 from attnbench.backends.registry import (
     MAX_SEED_PARAM,
@@ -28,6 +29,9 @@ from attnbench.kernels.target import device_target
 from attnbench.measure.metrics import argmax_hit_rate, recall_at_k
 
 MAX_ITERATIONS = 1024  # PatchMatch settles within a few; more is a typo, not a study
+FLOAT, INDEX = 4, 4  # bytes of the kernels' float32 scores and vectors, int32 indices
+# PatchMatch's stages: the CPU's passes, or CUDA's one launch (`patchmatch_cost`)
+PATCHMATCH_STAGES = (*dispatch.CPU_STAGES, *dispatch.CUDA_STAGES)
 
 
 def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tensor:
@@ -47,6 +51,73 @@ def candidate_mask(matches: torch.Tensor, H: int, W: int, b: int) -> torch.Tenso
     mask = torch.zeros(B, r, n + 1, dtype=torch.bool, device=m.device)
     mask.scatter_(-1, keys, True)
     return mask[..., :n]
+
+
+def search_levels(height: int, width: int) -> int:
+    """Radii the random search tries around a match: max(H, W) halved down to 1."""
+    return max(height, width).bit_length()
+
+
+def neighbours_inside(height: int, width: int, jump: int) -> int:
+    """(query, neighbour) pairs of one propagation pass: the 4 neighbours at distance
+    `jump` that lie inside the grid, summed over the queries."""
+    return 2 * height * max(width - jump, 0) + 2 * width * max(height - jump, 0)
+
+
+def mean_window(height: int, width: int, b: int) -> float:
+    """Keys of a (2b+1)^2 window clipped to the grid, averaged over its centre's position."""
+
+    def mean_span(size: int) -> float:
+        # 2b + 1 less what each end cuts: centre c loses max(b - c, 0) below, as many above
+        cut = min(b, size)
+        return (size * (2 * b + 1) - 2 * (cut * b - cut * (cut - 1) // 2)) / size
+
+    return mean_span(height) * mean_span(width)
+
+
+def patchmatch_cost(shape: Shape, values: dict) -> dict[str, Cost]:
+    """The work of PatchMatch with these parameters (kappa, variant, T, jumps) on `shape`,
+    by the stages that `dispatch.patchmatch` marks on its device.
+
+    Each candidate key tried costs a score (2d + 1 flops, d float32 key elements read) and
+    a scan of the list (kappa comparisons; 2 kappa in the mode variant, whose suppression
+    scans again). Per query: kappa candidates in `init`; in each `propagation` pass of jump
+    j, 2 kappa per neighbour inside the grid (`neighbours_inside`: a neighbour's list
+    entries and their coherent shifts); in each `random_search`, kappa `search_levels`.
+    Counts are of full lists and every neighbour: the pruning of neighbours whose lists
+    have not changed, the shifts that leave the grid and the mode variant's shorter lists
+    all depend on the data. Each pass reads the queries and its lists once and writes its
+    lists (propagation: into the second buffer, and `changed` [2, B n] besides); an odd
+    number of propagation passes ends with a copy of the lists back. The working set is a
+    plane's keys and both list buffers. On CUDA the whole search is one stage,
+    `patchmatch`, the sum of these."""
+    planes, n, d = shape.planes, shape.n, shape.dim
+    height, width = token_grid(shape.grid, n)
+    kappa, T, jumps = values["kappa"], values["T"], values["jumps"]
+    per_key = 2 * d + 1 + kappa * (2 if values["variant"] == "mode" else 1)
+    lists = n * kappa * (FLOAT + INDEX)  # one field of a plane's lists
+
+    def tried(candidates: float, traffic: float) -> Cost:
+        """`candidates` keys tried in a plane, and the pass's other traffic per plane."""
+        return planes * Cost(
+            other_flops=candidates * per_key,
+            bytes=n * d * FLOAT + candidates * d * FLOAT + traffic,
+            working_set=n * d * FLOAT + 2 * lists,
+        )
+
+    init = tried(n * kappa, lists + 2 * n * INDEX)
+    if shape.itemsize != FLOAT:  # q and k copied to float32 for the kernels
+        init = init + Cost(bytes=2 * shape.bytes(n, d) + 2 * shape.bytes(n, d, itemsize=FLOAT))
+    propagation = Cost()
+    for jump in jumps:
+        pairs = neighbours_inside(height, width, jump)
+        propagation = propagation + T * tried(2 * kappa * pairs, 2 * lists + 2 * n * INDEX)
+    if T * len(jumps) % 2:
+        propagation = propagation + Cost(bytes=planes * 2.0 * lists)
+    search = T * tried(n * kappa * search_levels(height, width), 2 * lists + n * INDEX)
+    if dispatch.patchmatch_stages(shape.device) == dispatch.CUDA_STAGES:
+        return {"patchmatch": init + propagation + search}
+    return {"init": init, "propagation": propagation, "random_search": search}
 
 
 def _variant(text: str) -> str:
@@ -88,9 +159,17 @@ class SCRAM(Backend):
     spatial = True
     map_in_blocks = True
     summary = "SCRAM: PatchMatch top-kappa keys + (2b+1)^2 windows, sparse softmax"
+    stages = (*PATCHMATCH_STAGES, "window_softmax")
 
     def impl(self, device: str) -> str:
         return "numba-" + device_target(device)
+
+    def stages_in(self, mode: str, device: str = "cpu") -> tuple[str, ...]:
+        """PatchMatch's stages on `device` (a range per pass on the CPU, one launch on
+        CUDA), then the backend's own."""
+        stages = super().stages_in(mode, device)
+        passes = dispatch.patchmatch_stages(device)
+        return tuple(s for s in stages if s not in PATCHMATCH_STAGES or s in passes)
 
     @property
     def spec(self) -> str:
@@ -143,20 +222,47 @@ class SCRAM(Backend):
         keys are never matched."""
         b, h, n, d = q.shape
         v = self.values
+        stage = self.stage if self.marking() else None  # unmarked: all passes in one call
         return dispatch.patchmatch(
             q.reshape(b * h, n, d), k.reshape(b * h, n, d), grid[0], grid[1], v["kappa"],
-            v["variant"], v["L"], v["T"], v["jumps"], v["seed"], head_mask(mask, h),
+            v["variant"], v["L"], v["T"], v["jumps"], v["seed"], head_mask(mask, h), stage,
         )  # fmt: skip
 
     def forward(self, q, k, v, mask=None, grid=None):
         self._check(grid)
         b, h, n, d = q.shape
         found, _ = self.matches(q, k, grid, mask)
-        out, _ = dispatch.window_softmax(
-            q.reshape(b * h, n, d), k.reshape(b * h, n, d), v.reshape(b * h, n, -1), found,
-            grid[0], grid[1], self.values["b"], head_mask(mask, h),
-        )  # fmt: skip
-        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
+        with self.stage("window_softmax"):
+            out, _ = dispatch.window_softmax(
+                q.reshape(b * h, n, d), k.reshape(b * h, n, d), v.reshape(b * h, n, -1), found,
+                grid[0], grid[1], self.values["b"], head_mask(mask, h),
+            )  # fmt: skip
+            return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """PatchMatch's stages (`patchmatch_cost`), then `window_softmax`: per query, kappa
+        windows of `mean_window` keys each (the (2b+1)^2 window clipped to the grid, averaged
+        over the centre's position), each key scored (2d + 1), its max, shifted exp and sum
+        taken (4) and its value added in (2 dv), then dv divisions; it reads the query, the
+        matches and each key's k and v rows (float32) and writes the output and the key
+        count. Keys shared by two windows are scored once by the kernel, so on matches
+        closer than 2b + 1 the count is an upper bound. Inputs of another dtype add their
+        float32 copies. No backward: forward stages only."""
+        if not shape.forward:
+            return {}
+        planes, n, d, dv = shape.planes, shape.n, shape.dim, shape.dv
+        height, width = token_grid(shape.grid, n)
+        kappa = self.values["kappa"]
+        keys = n * kappa * mean_window(height, width, self.values["b"])
+        window = planes * Cost(
+            other_flops=keys * (2 * d + 2 * dv + 5) + n * dv,
+            bytes=(n * d + keys * (d + dv) + n * dv) * FLOAT + n * (kappa + 1) * INDEX,
+            working_set=n * (d + dv) * FLOAT,
+        )
+        if shape.itemsize != FLOAT:  # q, k, v copied to float32, the output back
+            copies = shape.bytes(n, 2 * d + 2 * dv)
+            window = window + Cost(bytes=copies + copies / shape.itemsize * FLOAT)
+        return patchmatch_cost(shape, self.values) | {"window_softmax": window}
 
     def attention_map(self, q, k, mask=None, grid=None):
         """Softmax over each query's candidate keys, zero elsewhere (dense, small n only)."""

@@ -5,6 +5,11 @@ to the sparse softmax, seeded by the PatchMatch modes of the `scram` backend.
 floor (eq. 17) and self-normalises the importance weights (eqs. 13-14); `scram-mh` runs
 kappa Metropolis-Hastings chains per query from the modes. Both are plain torch,
 vectorised over queries, samples and chains; MH loops only over its sequential steps.
+
+Stages: PatchMatch's, as in `scram` (device dependent), then SNIS's `proposal`, `weights`
+and `estimate`, or MH's `chains` and `estimate`. Costs follow `scram`'s conventions: a
+score is 2d + 1 `other_flops` (gathered dot products, no matrix product), each elementwise
+op or reduction step on floats is 1, integer index arithmetic is not counted.
 """
 
 from __future__ import annotations
@@ -13,9 +18,19 @@ import math
 
 import torch
 
+from attnbench.backends.cost import Cost, Shape
 from attnbench.backends.masking import zero_masked_rows
 from attnbench.backends.registry import MAX_SEED_PARAM, Param, int_param, register, token_grid
-from attnbench.backends.scram import MAX_ITERATIONS, SCRAM, _jumps, _variant, head_mask
+from attnbench.backends.scram import (
+    FLOAT,
+    MAX_ITERATIONS,
+    PATCHMATCH_STAGES,
+    SCRAM,
+    _jumps,
+    _variant,
+    head_mask,
+    patchmatch_cost,
+)
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 
@@ -102,9 +117,38 @@ class _SCRAMMonteCarlo(SCRAM):
         qf, kf, found, valid = self._prepare(q, k, mask, grid)
         b, h, n, _ = q.shape
         keys, w = self._weighted_keys(qf, kf, found, grid, valid)
-        values = _gather_rows(v.reshape(b * h, n, -1).float(), keys)
-        out = (w.unsqueeze(-1) * values).sum(2)
-        return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
+        with self.stage("estimate"):
+            values = _gather_rows(v.reshape(b * h, n, -1).float(), keys)
+            out = (w.unsqueeze(-1) * values).sum(2)
+            return zero_masked_rows(out.view(b, h, n, -1), mask).to(v.dtype)
+
+    def draws(self) -> int:
+        """Keys drawn per query (each weighted in the estimate)."""
+        raise NotImplementedError
+
+    def sampling_cost(self, shape: Shape) -> dict[str, Cost]:
+        """The work of the stages between PatchMatch and the estimate, by stage."""
+        raise NotImplementedError
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """PatchMatch's stages (`scram.patchmatch_cost`), the sampler's (`sampling_cost`),
+        then `estimate`: per draw, its value row gathered (dv float32) and added in with
+        its weight (2 dv flops), reading the draw's key index (int64) and weight; the output
+        is written in the input's dtype (for another dtype, v's float32 copy and the float32
+        output written and read back besides). No backward: forward stages only."""
+        if not shape.forward:
+            return {}
+        planes, n, dv = shape.planes, shape.n, shape.dv
+        drawn = planes * n * self.draws()
+        estimate = Cost(
+            other_flops=drawn * 2 * dv,
+            bytes=drawn * (dv * FLOAT + 8 + FLOAT) + shape.bytes(n, dv),
+            working_set=n * dv * FLOAT,
+        )
+        if shape.itemsize != FLOAT:
+            estimate = estimate + Cost(bytes=shape.bytes(n, dv) + 3 * n * dv * FLOAT * planes)
+        costs = patchmatch_cost(shape, self.values) | self.sampling_cost(shape)
+        return costs | {"estimate": estimate}
 
     def attention_map(self, q, k, mask=None, grid=None):
         """Each draw's weight scattered onto its key: SNIS's normalised importance weights,
@@ -148,6 +192,7 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
     }
     complexity = "O(n (T log n + samples) d)"
     summary = "SCRAM-SNIS: importance sampling from RBF bumps at PatchMatch modes + uniform"
+    stages = (*PATCHMATCH_STAGES, "proposal", "weights", "estimate")
     last_ess: float = float("nan")
 
     def diagnostics(self, q, k, v, grid=None) -> dict[str, float]:
@@ -217,15 +262,43 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
         A masked key's target density is 0, so its draws get weight 0; a row whose every
         draw is masked gets all-zero weights (zero output, not NaN)."""
         samples = self.values["samples"]
-        keys, r = self._sample(found, grid, samples, self._generator(q.device))
-        s = _scores_at(q, k, keys)
-        w = torch.exp(s - s.amax(-1, keepdim=True)) / r
-        w = w * _key_ok(valid, keys)
-        total = w.sum(-1, keepdim=True)
-        drawn = total.squeeze(-1) > 0
-        ess = total.squeeze(-1) ** 2 / (w**2).sum(-1)
-        self.last_ess = float(ess[drawn].mean()) if drawn.any() else float("nan")
-        return keys, w / total.clamp(min=torch.finfo(w.dtype).tiny)
+        with self.stage("proposal"):
+            keys, r = self._sample(found, grid, samples, self._generator(q.device))
+        with self.stage("weights"):
+            s = _scores_at(q, k, keys)
+            w = torch.exp(s - s.amax(-1, keepdim=True)) / r
+            w = w * _key_ok(valid, keys)
+            total = w.sum(-1, keepdim=True)
+            drawn = total.squeeze(-1) > 0
+            ess = total.squeeze(-1) ** 2 / (w**2).sum(-1)
+            self.last_ess = float(ess[drawn].mean()) if drawn.any() else float("nan")
+            return keys, w / total.clamp(min=torch.finfo(w.dtype).tiny)
+
+    def draws(self) -> int:
+        return self.values["samples"]
+
+    def sampling_cost(self, shape: Shape) -> dict[str, Cost]:
+        """`proposal`, per draw: the inverse CDF of the clipped bump on each axis (a
+        comparison and a count per table entry, 2R + 1 entries, R = ceil(3 phi)), the
+        mixture density at the draw (10 per mode: offsets, squares, sum, scale, exp,
+        normalisation, window test, accumulation) and 5 for the component and the uniform
+        floor; it reads the modes and writes each draw's key (int64) and density.
+        `weights`, per draw: its score (2d + 1) and 9 more (max, shift, exp, division by
+        the density, mask, sum, the ESS's square and sum, normalisation); it reads the
+        query once, each draw's key row, index and density, and writes its weight."""
+        planes, n, d = shape.planes, shape.n, shape.dim
+        kappa, drawn = self.values["kappa"], planes * n * self.draws()
+        span = 2 * math.ceil(3 * self.values["phi"]) + 1
+        proposal = Cost(
+            other_flops=drawn * (4 * span + 10 * kappa + 5),
+            bytes=planes * n * kappa * 8 + drawn * (8 + FLOAT),
+        )
+        weights = Cost(
+            other_flops=drawn * (2 * d + 10),
+            bytes=planes * n * d * FLOAT + drawn * (d * FLOAT + 8 + 2 * FLOAT),
+            working_set=n * d * FLOAT,
+        )
+        return {"proposal": proposal, "weights": weights}
 
 
 @register
@@ -241,6 +314,7 @@ class SCRAMMH(_SCRAMMonteCarlo):
     }
     complexity = "O(n (T log n + kappa samples) d)"
     summary = "SCRAM-MH: Metropolis-Hastings chains from PatchMatch modes, mean of visits"
+    stages = (*PATCHMATCH_STAGES, "chains", "estimate")
     last_acceptance: float = float("nan")
 
     def diagnostics(self, q, k, v, grid=None) -> dict[str, float]:
@@ -294,6 +368,26 @@ class SCRAMMH(_SCRAMMonteCarlo):
 
     def _weighted_keys(self, q, k, found, grid, valid):
         """Visited keys and each visit's share of the mean (visits of masked keys get 0)."""
-        visits, ok = self._visits(q, k, found, grid, valid)
-        counted = ok.float()
-        return visits, counted / counted.sum(-1, keepdim=True).clamp(min=1.0)
+        with self.stage("chains"):
+            visits, ok = self._visits(q, k, found, grid, valid)
+            counted = ok.float()
+            return visits, counted / counted.sum(-1, keepdim=True).clamp(min=1.0)
+
+    def draws(self) -> int:
+        return self.values["kappa"] * self.values["samples"]
+
+    def sampling_cost(self, shape: Shape) -> dict[str, Cost]:
+        """`chains`, per chain (kappa a query): its start's score (2d + 1), then per step a
+        score (2d + 1), the log of a uniform, the log ratio, its test and the score's
+        update (4), and each visit's weight (3); it reads the query once and each state's
+        key row, and writes each visit (int64 key, validity, float32 weight)."""
+        planes, n, d = shape.planes, shape.n, shape.dim
+        kappa, steps = self.values["kappa"], self.values["samples"]
+        chains = planes * n * kappa
+        return {
+            "chains": Cost(
+                other_flops=chains * (2 * d + 1 + steps * (2 * d + 8)),
+                bytes=planes * n * d * FLOAT + chains * ((steps + 1) * d * FLOAT + steps * 13),
+                working_set=n * d * FLOAT,
+            )
+        }

@@ -25,8 +25,10 @@ import math
 
 import torch
 
+from attnbench.backends.cost import Cost, Shape, autograd_backward
 from attnbench.backends.masking import key_mask, zero_masked_rows
 from attnbench.backends.registry import Backend, int_param, register, token_grid
+from attnbench.backends.softmax import softmax_cost
 from attnbench.errors import UsageError
 
 
@@ -73,6 +75,37 @@ def _bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(allowed, zero, torch.finfo(dtype).min)
 
 
+def _band_pairs(n: int, w: int) -> int:
+    """Pairs (i, j) of n tokens with |i - j| <= w: n on the diagonal, n - t at offset +-t."""
+    w = min(w, n - 1)
+    return n + 2 * (w * n - w * (w + 1) // 2)
+
+
+def _pattern_costs(shape: Shape, names, first: int, second: int, second_keys: int):
+    """Costs of a two-part pattern: scores of its `first` and `second` pairs of a plane
+    (stages `names`; the second part reads `second_keys` keys), one softmax over both, the
+    weighted sum; backward as autograd's."""
+    n, d, dv, size = shape.n, shape.dim, shape.dv, shape.itemsize
+    first, second = shape.elements(first), shape.elements(second)
+    pairs = first + second
+    forward = {
+        names[0]: Cost(
+            2.0 * first * d, shape.elements(n, d) + first, shape.bytes(2 * n * d) + first * size
+        ),
+        names[1]: Cost(
+            2.0 * second * d, second, shape.bytes((n + second_keys) * d) + second * size
+        ),
+        "softmax": softmax_cost(pairs, size),
+        "weighted_sum": Cost(
+            2.0 * pairs * dv, shape.elements(n, dv), shape.bytes(2 * n * dv) + pairs * size
+        ),
+    }
+    costs = dict(forward) if shape.forward else {}
+    if shape.backward:
+        costs["backward"] = autograd_backward(forward.values())
+    return costs
+
+
 class _Sparse(Backend):
     """Shared parts: resolving l, the dense oracle map (attention_map also takes the grid)."""
 
@@ -117,6 +150,7 @@ class SparseStrided(_Sparse):
     }
     complexity = "O(n (l + n/l) d) time and memory; O(n^1.5 d) at l = sqrt(n)"
     summary = "Sparse Transformer strided pattern (Child et al. 2019), bidirectional"
+    stages = ("band", "stride", "softmax", "weighted_sum")
 
     def pattern(self, n, grid=None, rows=slice(None)):
         return strided_pattern(n, self.stride(n, grid), rows)
@@ -129,36 +163,63 @@ class SparseStrided(_Sparse):
         m = -(-n // l)
         pad = m * l - n
         valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
-        q = q * (1.0 / math.sqrt(d))
 
-        # A1, the band |i - j| < l: key blocks r-1, r, r+1 around query block r.
-        kp, vp = _pad_tokens(k, l, l + pad), _pad_tokens(v, l, l + pad)
-        kb = kp.unflatten(-2, (m + 2, l))
-        vb = vp.unflatten(-2, (m + 2, l))
-        k_win = torch.cat([kb[..., :-2, :, :], kb[..., 1:-1, :, :], kb[..., 2:, :, :]], -2)
-        v_win = torch.cat([vb[..., :-2, :, :], vb[..., 1:-1, :, :], vb[..., 2:, :, :]], -2)
-        mb = _pad_mask(valid, l, l + pad).unflatten(-1, (m + 2, l))
-        ok_win = torch.cat([mb[:, :-2], mb[:, 1:-1], mb[:, 2:]], -1)  # [B, m, 3l]
-        off = torch.arange(l, device=q.device)
-        band = (off[:, None] + l - torch.arange(3 * l, device=q.device)[None, :]).abs() < l
-        bias1 = _bias(band[None, None] & ok_win[:, :, None, :], q.dtype)  # [B, m, l, 3l]
-        qb = _pad_tokens(q, 0, pad).unflatten(-2, (m, l))  # [B, H, m, l, d]
-        s1 = (qb @ k_win.transpose(-1, -2)).add_(bias1[:, None])
+        with self.stage("band"):
+            # A1, the band |i - j| < l: key blocks r-1, r, r+1 around query block r.
+            q = q * (1.0 / math.sqrt(d))
+            kb = _pad_tokens(k, l, l + pad).unflatten(-2, (m + 2, l))
+            k_win = torch.cat([kb[..., :-2, :, :], kb[..., 1:-1, :, :], kb[..., 2:, :, :]], -2)
+            mb = _pad_mask(valid, l, l + pad).unflatten(-1, (m + 2, l))
+            ok_win = torch.cat([mb[:, :-2], mb[:, 1:-1], mb[:, 2:]], -1)  # [B, m, 3l]
+            off = torch.arange(l, device=q.device)
+            band = (off[:, None] + l - torch.arange(3 * l, device=q.device)[None, :]).abs() < l
+            bias1 = _bias(band[None, None] & ok_win[:, :, None, :], q.dtype)  # [B, m, l, 3l]
+            qb = _pad_tokens(q, 0, pad).unflatten(-2, (m, l))  # [B, H, m, l, d]
+            s1 = (qb @ k_win.transpose(-1, -2)).add_(bias1[:, None])
 
-        # A2, the stride (i - j) mod l = 0: column t = i mod l, key rows s != r (s = r is the
-        # query itself, already in the band), as [l, m, m] score blocks.
-        kc = _pad_tokens(k, 0, pad).unflatten(-2, (m, l)).transpose(-3, -2)  # [B, H, l, m, d]
-        vc = _pad_tokens(v, 0, pad).unflatten(-2, (m, l)).transpose(-3, -2)
-        ok_col = _pad_mask(valid, 0, pad).unflatten(-1, (m, l)).transpose(-1, -2)  # [B, l, m]
-        off_diag = ~torch.eye(m, dtype=torch.bool, device=q.device)
-        bias2 = _bias(off_diag[None, None] & ok_col[:, :, None, :], q.dtype)  # [B, l, m, m]
-        s2 = (qb.transpose(-3, -2) @ kc.transpose(-1, -2)).add_(bias2[:, None])
+        with self.stage("stride"):
+            # A2, the stride (i - j) mod l = 0: column t = i mod l, key rows s != r (s = r is
+            # the query itself, already in the band), as [l, m, m] score blocks.
+            kc = _pad_tokens(k, 0, pad).unflatten(-2, (m, l)).transpose(-3, -2)  # [B,H,l,m,d]
+            ok_col = _pad_mask(valid, 0, pad).unflatten(-1, (m, l)).transpose(-1, -2)
+            off_diag = ~torch.eye(m, dtype=torch.bool, device=q.device)
+            bias2 = _bias(off_diag[None, None] & ok_col[:, :, None, :], q.dtype)  # [B,l,m,m]
+            s2 = (qb.transpose(-3, -2) @ kc.transpose(-1, -2)).add_(bias2[:, None])
 
-        # One softmax over both key sets of each query: [B, H, m, l, 3l + m].
-        w = torch.softmax(torch.cat([s1, s2.transpose(-3, -2)], -1), -1)
-        out = w[..., : 3 * l] @ v_win + (w[..., 3 * l :].transpose(-3, -2) @ vc).transpose(-3, -2)
-        out = out.flatten(-3, -2)[..., :n, :]
+        with self.stage("softmax"):
+            # One softmax over both key sets of each query: [B, H, m, l, 3l + m].
+            w = torch.softmax(torch.cat([s1, s2.transpose(-3, -2)], -1), -1)
+            del s1, s2  # freed in the stage that last reads them
+
+        with self.stage("weighted_sum"):
+            vb = _pad_tokens(v, l, l + pad).unflatten(-2, (m + 2, l))
+            v_win = torch.cat([vb[..., :-2, :, :], vb[..., 1:-1, :, :], vb[..., 2:, :, :]], -2)
+            vc = _pad_tokens(v, 0, pad).unflatten(-2, (m, l)).transpose(-3, -2)
+            strided = (w[..., 3 * l :].transpose(-3, -2) @ vc).transpose(-3, -2)
+            out = (w[..., : 3 * l] @ v_win + strided).flatten(-3, -2)[..., :n, :]
+            del w
         return zero_masked_rows(out, mask)
+
+    def pairs(self, n: int, grid=None) -> tuple[int, int]:
+        """(band, stride): the pattern's (query, key) pairs of one plane, counted exactly.
+        band: |i - j| < l (fewer keys near the ends); stride: j != i with (i - j) mod l = 0,
+        within each of the l columns (a = n - (m - 1) l of them hold m tokens, the rest
+        m - 1). Their sum is `strided_pattern`'s count."""
+        l = self.stride(n, grid)  # noqa: E741
+        m = -(-n // l)
+        full = n - (m - 1) * l
+        stride = full * m * (m - 1) + (l - full) * (m - 1) * (m - 2)
+        return _band_pairs(n, l - 1), stride
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """The pattern's work pair by pair (`pairs`; the blocks also score pairs outside the
+        band, which are not counted). With P = B H and N_1, N_2 a plane's band and stride
+        pairs: band, 2 P N_1 d matmul, P (n d + N_1) other (the 1/sqrt(d) scaling, the bias),
+        q and k read, scores written; stride, 2 P N_2 d matmul, P N_2 other; softmax,
+        5 P (N_1 + N_2); weighted_sum, 2 P (N_1 + N_2) dv matmul, P n dv sums of the two
+        parts. Backward: `autograd_backward` of all four. The mask's work is not counted."""
+        band, stride = self.pairs(shape.n, shape.grid)
+        return _pattern_costs(shape, ("band", "stride"), band, stride, shape.n)
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
         l = max(1, round(math.sqrt(n))) if not self.values["l"] else int(self.values["l"])  # noqa: E741
@@ -177,6 +238,7 @@ class SparseFixed(_Sparse):
     }
     complexity = "O(n (l + c n/l) d) time and memory; O(n^1.5 d) at l = sqrt(n), c = 1"
     summary = "Sparse Transformer fixed pattern (Child et al. 2019), bidirectional"
+    stages = ("block", "summaries", "softmax", "weighted_sum")
 
     def __init__(self, **values):
         super().__init__(**values)
@@ -200,27 +262,61 @@ class SparseFixed(_Sparse):
         m = -(-n // l)
         pad = m * l - n
         valid = torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask
-        q = q * (1.0 / math.sqrt(d))
-        v_pad = _pad_tokens(v, 0, pad)
 
-        qp = _pad_tokens(q, 0, pad)
-        qb, kb, vb = (t.unflatten(-2, (m, l)) for t in (qp, _pad_tokens(k, 0, pad), v_pad))
-        ok = _pad_mask(valid, 0, pad).unflatten(-1, (m, l))  # [B, m, l]
-        s1 = (qb @ kb.transpose(-1, -2)).add_(_bias(ok, q.dtype)[:, None, :, None, :])
+        with self.stage("block"):
+            q = q * (1.0 / math.sqrt(d))
+            qp = _pad_tokens(q, 0, pad)
+            qb, kb = (t.unflatten(-2, (m, l)) for t in (qp, _pad_tokens(k, 0, pad)))
+            ok = _pad_mask(valid, 0, pad).unflatten(-1, (m, l))  # [B, m, l]
+            s1 = (qb @ kb.transpose(-1, -2)).add_(_bias(ok, q.dtype)[:, None, :, None, :])
 
-        ks = kb[..., l - c :, :].flatten(-3, -2)  # [B, H, m*c, d], block s's summaries
-        vs = vb[..., l - c :, :].flatten(-3, -2)
-        own = torch.arange(m, device=q.device)
-        other = own[:, None] != own.repeat_interleave(c)[None, :]  # [m(r), m*c]
-        bias2 = _bias(other[None] & ok[:, :, l - c :].flatten(1)[:, None, :], q.dtype)
-        s2 = (qp @ ks.transpose(-1, -2)).unflatten(-2, (m, l)).add_(bias2[:, None, :, None, :])
+        with self.stage("summaries"):
+            ks = kb[..., l - c :, :].flatten(-3, -2)  # [B, H, m*c, d], block s's summaries
+            own = torch.arange(m, device=q.device)
+            other = own[:, None] != own.repeat_interleave(c)[None, :]  # [m(r), m*c]
+            bias2 = _bias(other[None] & ok[:, :, l - c :].flatten(1)[:, None, :], q.dtype)
+            s2 = (qp @ ks.transpose(-1, -2)).unflatten(-2, (m, l))
+            s2 = s2.add_(bias2[:, None, :, None, :])
 
-        # One softmax over both key sets of each query: [B, H, m, l, l + m*c].
-        w = torch.softmax(torch.cat([s1, s2], -1), -1)
-        summaries = w[..., l:].flatten(-3, -2) @ vs  # [B, H, m*l, dv]
-        out = (w[..., :l] @ vb).flatten(-3, -2) + summaries
-        out = out[..., :n, :]
+        with self.stage("softmax"):
+            # One softmax over both key sets of each query: [B, H, m, l, l + m*c].
+            w = torch.softmax(torch.cat([s1, s2], -1), -1)
+            del s1, s2  # freed in the stage that last reads them
+
+        with self.stage("weighted_sum"):
+            vb = _pad_tokens(v, 0, pad).unflatten(-2, (m, l))
+            vs = vb[..., l - c :, :].flatten(-3, -2)
+            summaries = w[..., l:].flatten(-3, -2) @ vs  # [B, H, m*l, dv]
+            out = ((w[..., :l] @ vb).flatten(-3, -2) + summaries)[..., :n, :]
+            del w
         return zero_masked_rows(out, mask)
+
+    def summary_keys(self, n: int, grid=None) -> int:
+        """How many summary positions (j mod l >= l - c, j < n) the sequence holds."""
+        l = self.stride(n, grid)  # noqa: E741
+        c = self.summary_width(l)
+        m = -(-n // l)
+        return (m - 1) * c + max(0, n - (m - 1) * l - (l - c))
+
+    def pairs(self, n: int, grid=None) -> tuple[int, int]:
+        """(block, summaries): the pattern's (query, key) pairs of one plane, counted
+        exactly. block: same block of l (the last one holds n - (m - 1) l tokens);
+        summaries: the summary positions of the other blocks (the last block holds only
+        those below n). Their sum is `fixed_pattern`'s count."""
+        l = self.stride(n, grid)  # noqa: E741
+        c = self.summary_width(l)
+        m = -(-n // l)
+        last = n - (m - 1) * l
+        last_summaries = max(0, last - (l - c))
+        block = (m - 1) * l * l + last * last
+        return block, n * self.summary_keys(n, grid) - (m - 1) * l * c - last * last_summaries
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """As `SparseStrided.cost`, with N_1 the block pairs and N_2 the summary pairs
+        (`pairs`); summaries reads q and the summary keys."""
+        block, summaries = self.pairs(shape.n, shape.grid)
+        keys = self.summary_keys(shape.n, shape.grid)
+        return _pattern_costs(shape, ("block", "summaries"), block, summaries, keys)
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
         l = max(1, round(math.sqrt(n))) if not self.values["l"] else int(self.values["l"])  # noqa: E741

@@ -14,9 +14,12 @@ and the same sequence of calls give the same outputs; `resample=fixed` reuses on
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
+from attnbench.backends.cost import Cost, Shape, matmul
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import (
     MAX_SEED_PARAM,
@@ -29,7 +32,7 @@ from attnbench.backends.registry import (
 )
 from attnbench.backends.resampling import Resampling, resample_param
 from attnbench.kernels.lsh import dispatch, reference
-from attnbench.kernels.lsh.autograd import BACKWARDS, LSHCumulation
+from attnbench.kernels.lsh.autograd import BACKWARDS, DENSE_STAGE, LSH_STAGES, LSHCumulation
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
 from attnbench.kernels.target import device_target
 from attnbench.measure import is_cuda
@@ -41,6 +44,7 @@ IMPLS = ("numba", "torch")
 # hash's directions are orthogonal, not independent, so its collision rate falls short of
 # (1 - theta/pi)^tau by an amount that shrinks as d grows (docs/perf-log.md, 2026-11-24).
 FAST_MIN_DIM = 64
+FLOAT = 4  # bytes of the fp32 that hashing and the cumulations compute in
 
 
 def hash_kind(kind: str, d: int) -> str:
@@ -72,6 +76,14 @@ class YOSO(Resampling, Backend):
     complexity = "O(n m tau log d + n m d) time, O(chunk 2^tau d) tables"
     stochastic = True
     summary = "YOSO-m: m LSH hashes, Bernoulli sampling, lower-bound backward"
+    stages = ("normalise", "hash", "cumulation", "output_normalise")
+    # backward=lsh marks dV, dQ, dK; backward=dense|expected the one dense backward (__init__)
+    backward_stages = ("backward", *LSH_STAGES)
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        if self.values["backward"] != "lsh":
+            self.backward_stages = ("backward", DENSE_STAGE)
 
     def impl(self, device: str) -> str:
         if self.values["impl"] == "torch":
@@ -124,32 +136,29 @@ class YOSO(Resampling, Backend):
         b, h, n_q, d = q.shape
         n_k, d_v = k.shape[-2], v.shape[-1]
         tau = resolve_tau(self.values["tau"], n_k)
-        if mask is not None:
-            v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
-        qn = F.normalize(q.float(), dim=-1).reshape(b * h, n_q, d)
-        kn = F.normalize(k.float(), dim=-1).reshape(b * h, n_k, d)
+        with self.stage("normalise"):
+            if mask is not None:
+                v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
+            qn = F.normalize(q.float(), dim=-1).reshape(b * h, n_q, d)
+            kn = F.normalize(k.float(), dim=-1).reshape(b * h, n_k, d)
+            vf = v.float().reshape(b * h, n_k, d_v)
         call = self._call(advance=True)
-        with torch.no_grad():
+        with self.stage("hash"), torch.no_grad():
             q_codes, k_codes = self.hash(qn, tau, call), self.hash(kn, tau, call)
         if self.values["impl"] == "numba":  # hash tables are checked against free memory
             ops = dispatch.Kernels(free_bytes=available_bytes)
         else:
             ops = reference
-        y = LSHCumulation.apply(
-            qn,
-            kn,
-            v.float().reshape(b * h, n_k, d_v),
-            q_codes,
-            k_codes,
-            tau,
-            ops,
-            self.values["backward"],
-        ).view(b, h, n_q, d_v)
-        if torch.is_grad_enabled() and y.requires_grad:
-            out = F.normalize(y, dim=-1)
-        else:  # inference: normalise in place, one output-sized buffer less
-            out = y.div_(y.norm(dim=-1, keepdim=True).clamp_min_(1e-12))
-        return zero_masked_rows(out.to(v.dtype), mask)
+        with self.stage("cumulation"):
+            y = LSHCumulation.apply(
+                qn, kn, vf, q_codes, k_codes, tau, ops, self.values["backward"], self.stage
+            ).view(b, h, n_q, d_v)
+        with self.stage("output_normalise"):
+            if torch.is_grad_enabled() and y.requires_grad:
+                out = F.normalize(y, dim=-1)
+            else:  # inference: normalise in place, one output-sized buffer less
+                out = y.div_(y.norm(dim=-1, keepdim=True).clamp_min_(1e-12))
+            return zero_masked_rows(out.to(v.dtype), mask)
 
     def attention_map(self, q, k, mask=None):
         """Empirical collision frequency: fraction of the m hashes where q_i and k_j collide,
@@ -165,3 +174,120 @@ class YOSO(Resampling, Backend):
         """Normalised Q and K, two code arrays, the output; tables are small next to these."""
         m = self.values["m"]
         return batch * heads * n * (2 * d * 4 + 2 * m * 4 + 2 * d * 4)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """Work per stage; G = B H planes, n rows, d, d_v, w bytes an element, tau resolved
+        at n, 4-byte fp32 inside. One flop per elementwise op; an l2 normalisation is 3 per
+        element (square, add, divide). Masks are not counted (Shape has none).
+
+        normalise: 6 G n d; bytes (w + 4) G n (2d [+ d_v when w != 4: V's fp32 copy]).
+        hash (Q and K): gaussian: matmul 2 * 2 G n d m tau; fast: P = ceil(m / (p // tau))
+          transforms of the padded length p, each 3 Hadamards and 3 sign flips:
+          2 G n P 3 (p log2 p + p). Both: 2 per code bit (compare, pack) 2 * 2 G n m tau,
+          and with resample=call one per drawn number. Bytes: rows in, codes out
+          4 * 2 G n (d + m), the draws read (and written when drawn).
+        cumulation, backward_dv: `_cumulation`. backward_dq, backward_dk: `_cumulation`
+          weighted by d_v columns of vectors of width d, then the tau/2 scale.
+        output_normalise: 3 G n d_v; bytes 8 G n d_v (+ (4 + w) G n d_v for the cast).
+        backward_dense (dense|expected): matmul 4 G n^2 (d + d_v) (+ 2 G n^2 d for the
+          cosines of expected); other G n^2 (2m + 3) (dense: m compares and adds, 1/m,
+          tau/2, times C) or 7 G n^2 (expected: clamp, arccos, /pi, 1-, power, tau/2, times
+          E); bytes one write and read of each n x n pass, as `_dense_backward`.
+        backward (autograd's rest): the l2 normalisations of Q, K and Y, 7 per element
+          (divide, product, divide, negate, row sum, the norm's gradient, the sum of the
+          two paths): 7 G n (2d + d_v); bytes 12 G n (2d + d_v) (gradient and input read,
+          gradient written)."""
+        v = self.values
+        g, n, d, dv, w = shape.planes, shape.n, shape.dim, shape.dv, shape.itemsize
+        tau = resolve_tau(v["tau"], n)
+        cast = (w + FLOAT) if w != FLOAT else 0
+        costs = {}
+        if shape.forward:
+            costs["normalise"] = Cost(
+                other_flops=6.0 * g * n * d,
+                bytes=(w + FLOAT) * 2.0 * g * n * d + cast * g * n * dv,
+            )
+            costs["hash"] = self._hash_cost(shape, tau)
+            costs["cumulation"] = self._cumulation(shape, tau, dv)
+            costs["output_normalise"] = Cost(
+                other_flops=3.0 * g * n * dv, bytes=(2 * FLOAT + cast) * g * n * dv
+            )
+        if shape.backward:
+            rows = g * n * (2 * d + dv)
+            costs["backward"] = Cost(other_flops=7.0 * rows, bytes=3.0 * FLOAT * rows)
+            if v["backward"] == "lsh":
+                dv_stage, dq_stage, dk_stage = LSH_STAGES
+                costs[dv_stage] = self._cumulation(shape, tau, dv)
+                weighted = self._cumulation(shape, tau, d, weights=dv)
+                costs[dq_stage] = costs[dk_stage] = weighted
+            else:
+                costs[DENSE_STAGE] = self._dense_backward(shape)
+        return costs
+
+    def _hash_cost(self, shape: Shape, tau: int) -> Cost:
+        g, n, d, m = shape.planes, shape.n, shape.dim, self.values["m"]
+        if hash_kind(self.values["hash"], d) == "fast":
+            p = reference.padded_dim(d, tau)
+            drawn = g * reference.fast_transforms(m, tau, d) * 3 * p
+            mm, transforms = 0.0, 2.0 * n * drawn * (math.log2(p) + 1)
+        else:
+            drawn = g * d * m * tau
+            mm, transforms = 2 * matmul(g, n, d, m * tau), 0.0
+        fresh = self.values["resample"] == "call"
+        return Cost(
+            matmul_flops=mm,
+            other_flops=transforms + 2.0 * 2 * g * n * m * tau + (drawn if fresh else 0),
+            bytes=FLOAT * (2.0 * g * n * (d + m) + drawn * (2 if fresh else 1)),
+        )
+
+    def _cumulation(self, shape: Shape, tau: int, width: int, weights: int = 0) -> Cost:
+        """One cumulation of `width` columns through 2^tau-bucket tables, m hashes, n write
+        and n read rows: 2 G n m width adds (scatter, gather) and the 1/m scale G n width.
+        Weighted (`weights` = A columns, the dQ/dK form): factorised over the A columns, so
+        A cumulations, plus G n A width products weights x vectors, 2 G n A width to apply
+        the read weights, and 2 G n width for 1/m and tau/2.
+
+        Bytes: the codes 8 G n m, inputs and output 4 G n (2 width [+ 2 A]), and the tables'
+        traffic 4 (A or 1) G m width 3n (each scatter a read-modify-write, each gather a
+        read), plus their zeroing 4 (A or 1) G m 2^tau width where the tables are zeroed per
+        hash (impl=torch, CUDA; the numba CPU kernel stamps buckets instead). Working set:
+        the tables (or sort buffers) the implementation keeps at once, `dispatch.
+        resident_bytes`, or for impl=torch its chunk of tables and rows."""
+        g, n, m = shape.planes, shape.n, self.values["m"]
+        passes = max(1, weights)
+        target = device_target(shape.device)
+        torch_impl = self.values["impl"] == "torch"
+        adds = passes * 2.0 * g * n * m * width
+        if weights:
+            other = adds + 3.0 * g * n * weights * width + 2.0 * g * n * width
+        else:
+            other = adds + 1.0 * g * n * width
+        zeroed = torch_impl or target != "cpu"
+        traffic = passes * g * m * width * (3.0 * n + ((1 << tau) if zeroed else 0))
+        if torch_impl:
+            chunk = min(m, reference.HASH_CHUNK)
+            resident = g * chunk * ((1 << tau) + 2 * n) * width * FLOAT
+        else:
+            resident = dispatch.resident_bytes(target, g, n, m, tau, width, bool(weights))
+        return Cost(
+            other_flops=other,
+            bytes=FLOAT * (2.0 * g * n * m + g * n * (2 * width + 2 * weights) + traffic),
+            working_set=float(resident),
+        )
+
+    def _dense_backward(self, shape: Shape) -> Cost:
+        """The n x n lower-bound backward (see `cost`). Bytes: Q, K, V, dY read and the
+        three gradients written, plus 4 G n^2 per n x n pass: dense, 2.5 m + 12 (C built by
+        m compare-and-add passes, then 1/m, then the products); expected, 20 (cosines,
+        five elementwise passes, the products)."""
+        g, n, d, dv, m = shape.planes, shape.n, shape.dim, shape.dv, self.values["m"]
+        mm = 2 * matmul(g, n, n, dv) + 2 * matmul(g, n, n, d)
+        if self.values["backward"] == "dense":
+            other, passes = (2.0 * m + 3) * g * n * n, 2.5 * m + 12
+        else:
+            mm += matmul(g, n, d, n)
+            other, passes = 7.0 * g * n * n, 20.0
+        vectors = g * n * (2 * d + 2 * dv) + g * n * (2 * d + dv)
+        return Cost(
+            matmul_flops=mm, other_flops=other, bytes=FLOAT * (vectors + passes * g * n * n)
+        )

@@ -26,6 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attnbench.backends.cost import Cost, Shape
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import int_param, register
 from attnbench.backends.yoso import YOSO
@@ -62,6 +63,7 @@ class YOSOC(YOSO):
     }
     complexity = YOSO.complexity + " + O(n conv d) convolution"
     summary = "YOSO-C-m: YOSO-m plus a depthwise convolution of V (added after normalising)"
+    stages = (*YOSO.stages, "conv")
 
     def __init__(self, **values):
         super().__init__(**values)
@@ -76,9 +78,31 @@ class YOSOC(YOSO):
 
     def forward(self, q, k, v, mask=None):
         out = super().forward(q, k, v, mask)
-        v_in = v if mask is None else v * token_mask(mask).to(v.dtype)
-        conv = depthwise_conv(v_in, self.conv_weight(v.shape[1], v.device))
-        return zero_masked_rows(out + conv.to(out.dtype), mask)
+        with self.stage("conv"):
+            v_in = v if mask is None else v * token_mask(mask).to(v.dtype)
+            conv = depthwise_conv(v_in, self.conv_weight(v.shape[1], v.device))
+            return zero_masked_rows(out + conv.to(out.dtype), mask)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """YOSO's stages, plus conv: G = B H planes, width c = `conv`, w bytes an element.
+        The convolution runs over the zero-padded sequence, so every output takes c taps:
+        matmul 2 G n d_v c (as torch counts a convolution); the sum with YOSO's output
+        G n d_v. Bytes w G d_v (10 n + 2 (c - 1)): V read, its transposed copy and its
+        padded copy written and read, the convolution written, then read with YOSO's output
+        and the sum written. Its backward (to V only: the weights are fixed) adds the same
+        2 G n d_v c to the generic backward, with bytes w G d_v (5 n + 2 (c - 1))."""
+        costs = super().cost(shape)
+        g, n, dv, w, c = shape.planes, shape.n, shape.dv, shape.itemsize, int(self.values["conv"])
+        taps = 2.0 * g * n * dv * c
+        if shape.forward:
+            costs["conv"] = Cost(
+                matmul_flops=taps,
+                other_flops=1.0 * g * n * dv,
+                bytes=w * g * dv * (10.0 * n + 2 * (c - 1)),
+            )
+        if shape.backward:
+            costs["backward"] += Cost(matmul_flops=taps, bytes=w * g * dv * (5.0 * n + 2 * (c - 1)))
+        return costs
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
         return super().predicted_bytes(batch, heads, n, d, itemsize) + 2 * batch * heads * n * d * 4

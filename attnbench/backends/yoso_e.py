@@ -15,6 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attnbench.backends.cost import Cost, Shape, matmul
 from attnbench.backends.masking import key_mask, zero_masked_rows
 from attnbench.backends.registry import Backend, Param, register, resolve_tau, tau_param
 
@@ -78,12 +79,56 @@ class YOSOE(Backend):
     }
     complexity = "O(n^2 d) time, O(n^2) memory"
     summary = "YOSO expectation (m -> infinity), dense"
+    stages = ("collision_probability", "weighted_sum")
 
     def forward(self, q, k, v, mask=None):
-        tau = resolve_tau(self.values["tau"], k.shape[-2])
-        e = collision_probability(q, k, tau, mask, self.values["backward"])
-        out = F.normalize(e @ v.to(e.dtype), dim=-1)
-        return zero_masked_rows(out.to(v.dtype), mask)
+        with self.stage("collision_probability"):
+            tau = resolve_tau(self.values["tau"], k.shape[-2])
+            e = collision_probability(q, k, tau, mask, self.values["backward"])
+        with self.stage("weighted_sum"):
+            out = F.normalize(e @ v.to(e.dtype), dim=-1)
+            return zero_masked_rows(out.to(v.dtype), mask)
+
+    def cost(self, shape: Shape) -> dict[str, Cost]:
+        """G = B H planes; w bytes an element, c = 8 for float64 else 4 (the compute dtype).
+        One flop per elementwise op; an l2 normalisation 3 per element. Masks not counted.
+
+        collision_probability: matmul 2 G n^2 d (cosines); other 6 G n d (normalising Q,
+          K) + 5 G n^2 (clamp, arccos, /pi, 1 -, power); bytes Q, K read (w), their unit
+          copies written and read (2c), then c G n^2 (cosines written, read and written by
+          each of the five elementwise passes: 11).
+        weighted_sum: matmul 2 G n^2 d_v (E V); other 3 G n d_v; bytes E read c G n^2, V
+          read, E V written and read back by the normalisation, output written.
+        backward (autograd): matmul 4 G n^2 (d + d_v) (dE = dY V^T, dV = E^T dY,
+          dQ = dcos K, dK = dcos^T Q); other 2 G n^2 (lower: (tau/2) E times the gradient)
+          or 10 G n^2 (exact: the backward of the power, division, subtraction, arccos and
+          clamp), plus 7 G n (2d + d_v) for the normalisations (as YOSO's); bytes
+          c G n^2 per pass (7 for lower: dE written, read; E read twice; dcos written,
+          read twice; 22 for exact, which reads and writes each saved elementwise
+          intermediate) and 3c G n (2d + d_v) for the rows."""
+        g, n, d, dv, w = shape.planes, shape.n, shape.dim, shape.dv, shape.itemsize
+        c = 8 if w == 8 else 4
+        costs = {}
+        if shape.forward:
+            costs["collision_probability"] = Cost(
+                matmul_flops=matmul(g, n, d, n),
+                other_flops=6.0 * g * n * d + 5.0 * g * n * n,
+                bytes=(w + 2 * c) * 2.0 * g * n * d + 11.0 * c * g * n * n,
+            )
+            costs["weighted_sum"] = Cost(
+                matmul_flops=matmul(g, n, n, dv),
+                other_flops=3.0 * g * n * dv,
+                bytes=c * g * n * n + (2 * w + 2 * c) * g * n * dv,
+            )
+        if shape.backward:
+            lower = self.values["backward"] == "lower"
+            rows = g * n * (2 * d + dv)
+            costs["backward"] = Cost(
+                matmul_flops=2 * matmul(g, n, n, dv) + 2 * matmul(g, n, n, d),
+                other_flops=(2.0 if lower else 10.0) * g * n * n + 7.0 * rows,
+                bytes=(7.0 if lower else 22.0) * c * g * n * n + 3.0 * c * rows,
+            )
+        return costs
 
     def attention_map(self, q, k, mask=None):
         tau = resolve_tau(self.values["tau"], k.shape[-2])

@@ -16,6 +16,8 @@ from attnbench.kernels.lsh.core import MAX_PADDED_DIM, hash_chunk
 from attnbench.kernels.target import as_array, contiguous, kernel_target
 
 SMALL_TABLES = 256 * 2**20
+# Bytes of tables the CUDA kernels fill at once (all groups together).
+CUDA_TABLE_BUDGET = 64 * 2**20
 
 # free_bytes(device) -> bytes a new allocation may still take there; the caller's measure of
 # memory (kernels know nothing of how it is read), None to allocate without asking.
@@ -108,9 +110,28 @@ def _cpu_table_bytes(n_w: int, m: int, tau: int, width: int) -> int:
     return numba.get_num_threads() * hash_chunk(m, tau, width) * ((1 << tau) + 2) * width * 4
 
 
+def cuda_chunk(groups: int, m: int, tau: int, width: int) -> int:
+    """Hashes whose tables the CUDA kernels fill at once: [G, chunk, 2^tau, width]."""
+    return hash_chunk(m, tau, groups * width, budget=CUDA_TABLE_BUDGET)
+
+
+def resident_bytes(target: str, groups: int, n: int, m: int, tau: int, width: int, weighted: bool):
+    """Bytes a cumulation of `width` columns (`weighted`: weighted_cumulation's) over n rows
+    keeps resident on kernel `target`: on CUDA its scratch tables; on the CPU every worker's
+    tables, or where it sorts rows by code instead, every worker's sort buffers and bucket
+    table. A size for cost models; nothing is allocated."""
+    if target != "cpu":
+        return groups * cuda_chunk(groups, m, tau, width) * (1 << tau) * width * 4
+    tables = 0 if weighted else _cpu_table_bytes(n, m, tau, width)
+    if tables:
+        return tables
+    per_worker = 8 * n + (1 << cpu.RADIX_BITS) + 1 + cpu.BUCKET_FLOATS
+    return numba.get_num_threads() * per_worker * 4
+
+
 def _scratch(groups: int, m: int, tau: int, width: int, device, free_bytes: FreeBytes):
     """The CUDA kernels' tables [G, chunk, 2^tau, width], chunk hashes at a time."""
-    chunk = hash_chunk(m, tau, groups * width, budget=64 * 2**20)
+    chunk = cuda_chunk(groups, m, tau, width)
     _check_tables(tau, groups * chunk * (2**tau) * width * 4, str(device), free_bytes)
     return torch.empty(groups, chunk, 2**tau, width, dtype=torch.float32, device=device)
 

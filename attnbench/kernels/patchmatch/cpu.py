@@ -3,18 +3,17 @@
 block of `SEARCH_BLOCK` queries (random search).
 
 The steps come from `core` and try the same keys in the same order per query, so matches
-and scores equal the CUDA kernels' bit for bit for the same seed. A whole PatchMatch run
-(init, T iterations of propagation passes and a random search) is one compiled call, so
-there is no per-pass Python overhead.
+and scores equal the CUDA kernels' bit for bit for the same seed. A PatchMatch run is one
+compiled call per pass (the init, each propagation pass, each random search), driven from
+Python, so that a caller can mark every pass as a stage in a profiler trace (`stage`);
+each pass is a parallel region of its own either way, so the work is the same as in one
+compiled call.
 A list being updated lives in a small scratch array allocated inside the kernel and is
 copied to and from its field: the compiler must assume that the caller's arrays may
 overlap, so a store into a field could change the query, the keys or the other field,
 while a fresh array provably overlaps nothing, so nothing needs reloading after a store.
 All functions take C-contiguous numpy arrays (float32 / int32) and overwrite their outputs.
 The thread count is numba's (`numba.set_num_threads`).
-Given a `clock` array, a run stamps the time after every pass (`pass_times`): timing the
-stages of one real run, rather than runs with a stage left out, whose lists and so whose
-work differ.
 
 Caution: `cache=True` keys the on-disk cache on this file only, not on `core`, whose
 helpers are inlined here; after editing `core`, delete this package's `__pycache__/cpu.*.nb*`,
@@ -23,16 +22,18 @@ or a stale cache silently runs the old `core` code.
 
 from __future__ import annotations
 
-import time
+from contextlib import nullcontext
 
 import numpy as np
-from numba import njit, objmode, prange
+from numba import njit, prange
 
 from attnbench.kernels.patchmatch import core
 
-__all__ = ["pass_times", "patchmatch", "window_softmax"]
+__all__ = ["STAGES", "no_stage", "patchmatch", "window_softmax"]
 
 
+# The stages a run marks (`patchmatch`'s `stage`), in order.
+STAGES = ("init", "propagation", "random_search")
 # Queries whose random-search proposals are drawn and scored together (`_random_search_block`).
 SEARCH_BLOCK = 64
 
@@ -133,66 +134,56 @@ def _random_search_block(
                 core.copy_list(lid, lsc, 0, ids, sc, row0 + j, kappa)
 
 
-@njit
-def _stamp(clock, i):
-    """clock[i] = time.perf_counter() if clock is not empty (a benchmark's pass timing)."""
-    if clock.shape[0] > 0:
-        with objmode(now="float64"):
-            now = time.perf_counter()
-        clock[i] = now
-
-
 @njit(parallel=True, cache=True)
-def _patchmatch(
-    q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed, prune,
-    valid, masked, clock,
-):  # fmt: skip
-    """Run PatchMatch on fields [B*n, kappa] (row = list of query b * n + p); the result
-    is in (ids, sc) or, after an odd number of propagation passes, in (ids2, sc2).
-    changed [2, B*n]: the last pass that changed each list, double-buffered with them;
-    prune: skip neighbours that offer nothing new (`core.propagate_query`); clock: empty,
-    or float64 [2 + T * (len(jumps) + 1)] for the start and the end of every pass."""
+def _init(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked):
+    """Random initial lists in the fields [B*n, kappa] (row = list of query b * n + p)."""
     B, n = q.shape[0], q.shape[1]
-    J = len(jumps)
-    _stamp(clock, 0)
     for unit in prange(B * n):
         b, p = unit // n, unit % n
         core.init_query(ids, sc, unit, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
-    _stamp(clock, 1)
-    cur_ids, cur_sc, nxt_ids, nxt_sc = ids, sc, ids2, sc2
-    cur = 0
-    for t in range(T):
-        for i in range(J):
-            now = core.pass_number(t, i, J)
-            since = core.skip_since(t, i, J, mode or not prune)
-            for grid_row in prange(B * H):
-                b, y = grid_row // H, grid_row % H
-                lid = np.empty((1, kappa), np.int32)  # the new list (see the module doc)
-                lsc = np.empty((1, kappa), np.float32)
-                cand = np.empty(8 * kappa, np.int32)  # a query's proposals and their scores
-                cand_sc = np.empty(8 * kappa, np.float32)
-                for x in range(W):
-                    unit = b * n + y * W + x
-                    if core.propagate_query(
-                        cur_ids, cur_sc, changed, cur, lid, lsc, 0, cand, cand_sc, True, q, k,
-                        b, y, x, kappa, jumps[i], mode, L, H, W, scale, since, valid, masked,
-                    ):  # fmt: skip
-                        changed[1 - cur, unit] = now
-                    else:
-                        changed[1 - cur, unit] = changed[cur, unit]
-                    core.copy_list(lid, lsc, 0, nxt_ids, nxt_sc, unit, kappa)
-            cur_ids, cur_sc, nxt_ids, nxt_sc = nxt_ids, nxt_sc, cur_ids, cur_sc
-            cur = 1 - cur
-            _stamp(clock, now + 1)
-        now = core.pass_number(t, J, J)
-        blocks = (n + SEARCH_BLOCK - 1) // SEARCH_BLOCK
-        for unit in prange(B * blocks):
-            b, p0 = unit // blocks, (unit % blocks) * SEARCH_BLOCK
-            _random_search_block(
-                cur_ids, cur_sc, changed, cur, now, q, k, b, p0, min(SEARCH_BLOCK, n - p0),
-                kappa, mode, L, H, W, scale, seed, t, valid, masked,
-            )  # fmt: skip
-        _stamp(clock, now + 1)
+
+
+@njit(parallel=True, cache=True)
+def _propagate(
+    q, k, kappa, mode, L, H, W, jump, scale, since, now, cur_ids, cur_sc, nxt_ids, nxt_sc,
+    changed, cur, valid, masked,
+):  # fmt: skip
+    """One propagation pass (pass number `now`) at distance `jump`: reads the lists
+    (cur_ids, cur_sc) and changed[cur], writes every list into (nxt_ids, nxt_sc) and
+    changed[1 - cur] (the last pass that changed it), so no row reads what another writes."""
+    B, n = q.shape[0], q.shape[1]
+    for grid_row in prange(B * H):
+        b, y = grid_row // H, grid_row % H
+        lid = np.empty((1, kappa), np.int32)  # the new list (see the module doc)
+        lsc = np.empty((1, kappa), np.float32)
+        cand = np.empty(8 * kappa, np.int32)  # a query's proposals and their scores
+        cand_sc = np.empty(8 * kappa, np.float32)
+        for x in range(W):
+            unit = b * n + y * W + x
+            if core.propagate_query(
+                cur_ids, cur_sc, changed, cur, lid, lsc, 0, cand, cand_sc, True, q, k, b, y, x,
+                kappa, jump, mode, L, H, W, scale, since, valid, masked,
+            ):  # fmt: skip
+                changed[1 - cur, unit] = now
+            else:
+                changed[1 - cur, unit] = changed[cur, unit]
+            core.copy_list(lid, lsc, 0, nxt_ids, nxt_sc, unit, kappa)
+
+
+@njit(parallel=True, cache=True)
+def _random_search(
+    q, k, kappa, mode, L, H, W, scale, seed, t, now, ids, sc, changed, cur, valid, masked
+):
+    """The random search of iteration t (pass number `now`) on the lists (ids, sc), in
+    place, stamping changed[cur] of the lists it changes."""
+    B, n = q.shape[0], q.shape[1]
+    blocks = (n + SEARCH_BLOCK - 1) // SEARCH_BLOCK
+    for unit in prange(B * blocks):
+        b, p0 = unit // blocks, (unit % blocks) * SEARCH_BLOCK
+        _random_search_block(
+            ids, sc, changed, cur, now, q, k, b, p0, min(SEARCH_BLOCK, n - p0), kappa, mode, L,
+            H, W, scale, seed, t, valid, masked,
+        )  # fmt: skip
 
 
 @njit(parallel=True, cache=True)
@@ -216,49 +207,95 @@ def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, m
             )  # fmt: skip
 
 
+@njit(cache=True)
+def _all_passes(
+    q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed, prune,
+    valid, masked,
+):  # fmt: skip
+    """Every pass of a run in one compiled call, the same kernels in the same order as the
+    marked loop in `patchmatch`: between passes no Python runs, so the worker threads stay
+    awake. The result is in (ids, sc), or in (ids2, sc2) after an odd number of passes."""
+    _init(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked)
+    J = len(jumps)
+    cur = 0
+    for t in range(T):
+        for i in range(J):
+            since = core.skip_since(t, i, J, mode or not prune)
+            _propagate(
+                q, k, kappa, mode, L, H, W, jumps[i], scale, since, core.pass_number(t, i, J),
+                ids, sc, ids2, sc2, changed, cur, valid, masked,
+            )  # fmt: skip
+            ids, sc, ids2, sc2 = ids2, sc2, ids, sc
+            cur = 1 - cur
+        _random_search(
+            q, k, kappa, mode, L, H, W, scale, seed, t, core.pass_number(t, J, J), ids, sc,
+            changed, cur, valid, masked,
+        )  # fmt: skip
+
+
+def no_stage(name: str):
+    """The default marker: marks nothing."""
+    return nullcontext()
+
+
 def patchmatch(
     q, k, H, W, kappa, variant, L, T, jumps, seed, matches, scores, tmp_ids, tmp_sc, changed,
-    valid=None, prune=True, clock=None,
+    valid=None, prune=True, stage=None,
 ):  # fmt: skip
     """Top-kappa matches int32 [B, n, kappa] (best first, -1 = none) and their float32
     scores of queries q against keys k, both [B, H*W, d], written into matches / scores;
     tmp_ids / tmp_sc (same shapes) are the second buffer of the propagation passes and
     changed int32 [2, B*n], zeroed, the pass that last changed each list. valid: None or
     uint8 [B, n], 0 for keys no query may match. prune=False retries every neighbour, to
-    check that skipping changes nothing. clock: None, or float64 [2 + T * (len(jumps) + 1)],
-    filled with `time.perf_counter()` at the start and after each pass (`pass_times`)."""
+    check that skipping changes nothing. stage: None, or a callable giving a context
+    manager for a stage name of `STAGES`, entered around each pass (and the final copy of
+    an odd number of propagation passes, their double-buffering's last step)."""
     mode = core.check_patchmatch(q, k, H, W, kappa, variant, L, T, jumps)
-    jumps = np.asarray(jumps, dtype=np.int64)
+    mark = no_stage if stage is None else stage
     scale = np.float32(1.0 / np.sqrt(q.shape[2]))
     rows = q.shape[0] * q.shape[1]
-    fields = [a.reshape(rows, kappa) for a in (matches, scores, tmp_ids, tmp_sc)]
+    ids, sc, ids2, sc2 = (a.reshape(rows, kappa) for a in (matches, scores, tmp_ids, tmp_sc))
     valid, masked = core.key_validity(valid, q)
-    passes = 2 + T * (len(jumps) + 1)
-    if clock is None:
-        clock = np.empty(0, np.float64)
-    elif clock.shape != (passes,) or clock.dtype != np.float64:
-        raise ValueError(f"clock must be float64 [{passes}], got {clock.dtype} {clock.shape}")
-    _patchmatch(
-        q, k, kappa, mode, L, H, W, T, jumps, scale, seed, *fields, changed, prune, valid, masked,
-        clock,
-    )  # fmt: skip
-    if (T * len(jumps)) % 2 == 1:
-        matches[...] = tmp_ids
-        scores[...] = tmp_sc
+    J = len(jumps)
+    if stage is None:
+        args = (q, k, kappa, mode, L, H, W, T, np.asarray(jumps, dtype=np.int64), scale, seed)
+        _all_passes(*args, ids, sc, ids2, sc2, changed, prune, valid, masked)
+    else:
+        _marked_passes(
+            q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed,
+            prune, valid, masked, stage,
+        )  # fmt: skip
+    if (T * J) % 2 == 1:
+        with mark("propagation"):
+            matches[...] = tmp_ids
+            scores[...] = tmp_sc
 
 
-def pass_times(clock, T: int, J: int) -> dict[str, float]:
-    """Seconds that a run stamped into `clock` (T iterations of J propagation passes) spent
-    in its init, its propagation passes and its random searches."""
-    spent = np.diff(clock)  # spent[p]: pass p, numbered as in `core.pass_number`
-    search = [core.pass_number(t, J, J) for t in range(T)]
-    init = float(spent[0])
-    random_search = float(spent[search].sum())
-    return {
-        "init": init,
-        "propagation": float(spent.sum()) - init - random_search,
-        "random search": random_search,
-    }
+def _marked_passes(
+    q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed, prune,
+    valid, masked, mark,
+):  # fmt: skip
+    """`_all_passes` from Python, each pass inside `mark(stage)`."""
+    J = len(jumps)
+    pass_number, skip_since = core.pass_number.py_func, core.skip_since.py_func
+    with mark("init"):
+        _init(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked)
+    cur = 0
+    for t in range(T):
+        for i, jump in enumerate(jumps):
+            since = skip_since(t, i, J, mode or not prune)
+            with mark("propagation"):
+                _propagate(
+                    q, k, kappa, mode, L, H, W, int(jump), scale, since, pass_number(t, i, J),
+                    ids, sc, ids2, sc2, changed, cur, valid, masked,
+                )  # fmt: skip
+            ids, sc, ids2, sc2 = ids2, sc2, ids, sc
+            cur = 1 - cur
+        with mark("random_search"):
+            _random_search(
+                q, k, kappa, mode, L, H, W, scale, seed, t, pass_number(t, J, J), ids, sc,
+                changed, cur, valid, masked,
+            )  # fmt: skip
 
 
 def window_softmax(q, k, v, matches, H, W, b, out, counts, valid=None):
