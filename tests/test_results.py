@@ -68,7 +68,7 @@ def yoso_row(**fields):
 
 
 def test_schema_columns_are_stable():
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     assert COLUMNS[:3] == ["study", "backend", "impl"]
     assert {"metric", "value", "status", "reason", "samples", "schema_version"} <= set(COLUMNS)
     v2 = {"method", "grid_h", "grid_w", "stable", "spread", "speedup", "baseline", "case_id"}

@@ -2,7 +2,15 @@
 `core`; no math and no row building here — options are parsed into a study, the study's
 rows are shown by the views."""
 
-from attnbench.cli import backends, files, profiles, quality, speed  # noqa: F401 (commands)
+from attnbench.cli import (  # noqa: F401 (commands)
+    backends,
+    files,
+    machine,
+    profiles,
+    profiling,
+    quality,
+    speed,
+)
 from attnbench.cli.core import app, main
 
 __all__ = ["app", "main"]

@@ -17,12 +17,15 @@ from typer.core import TyperGroup
 from attnbench.errors import UsageError
 from attnbench.results.interrupts import Terminated, sigterm_as_interrupt
 
-console = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping in logs
+console = Console(width=None if sys.stdout.isatty() else 140)  # no wrapping in logs
 progress_console = Console(stderr=True)
 
 
 # The order `attnbench --help` lists the commands in: studies first, then result files.
-COMMANDS = ("backends", "time", "model", "error", "maps", "pareto", "plot", "compare", "report")
+COMMANDS = (
+    "backends", "machine", "time", "profile", "model", "error", "maps", "pareto", "plot",
+    "compare", "report",
+)  # fmt: skip
 
 
 class OneLineErrors(TyperGroup):

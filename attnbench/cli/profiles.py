@@ -8,7 +8,7 @@ import typer
 from attnbench.cli import core
 from attnbench.errors import UsageError
 
-PROFILE_COMMANDS = ("time", "error", "maps", "model")
+PROFILE_COMMANDS = ("time", "error", "maps", "model", "profile")
 
 
 @core.app.command("run")

@@ -105,8 +105,18 @@ def run_study(study, result_sink=None, isolate: bool = False, threads: int | Non
     return rows
 
 
-def finish(result_sink, rows: list, plot: Path | None) -> None:
-    """Name the files written, and draw the study's figure if asked."""
+def ceilings(device: str, threads: int, remeasure: bool = False):
+    """This machine's ceilings at `threads`: from the cache, or measured now (once per
+    machine) with a status line saying so."""
+    from attnbench.measure.limits import load_or_measure
+
+    with core.progress_console.status("measuring this machine's limits (once; cached)") as line:
+        return load_or_measure(device, threads, remeasure, on_step=line.update)
+
+
+def finish(result_sink, rows: list, plot: Path | None, env: dict | None = None) -> None:
+    """Name the files written, and draw the study's figure if asked (`env`: the run's
+    record, for figures that need it: the roofline's ceilings)."""
     for path in (result_sink.csv, result_sink.json):
         if path is not None:
             core.console.print(f"wrote {path}")
@@ -114,7 +124,7 @@ def finish(result_sink, rows: list, plot: Path | None) -> None:
         from attnbench.results.schema import rows_frame
         from attnbench.views.plots import plot_results
 
-        plot_results(rows_frame(rows), plot)
+        plot_results(rows_frame(rows), plot, env)
         core.console.print(f"wrote {plot}")
 
 

@@ -1,5 +1,7 @@
 """`attnbench time` and `attnbench model`: what a backend costs, alone and in a model."""
 
+from functools import partial
+
 import typer
 
 from attnbench.cli import core, options, shared
@@ -41,14 +43,31 @@ def time_cmd(
 ) -> None:
     """Runtime and peak memory vs sequence length (YOSO Fig. 7, SCRAM Fig. 4).
 
-    Lengths default to --seq 4096; --grid times images instead."""
+    Lengths default to --seq 4096; --grid times images instead. Each row also gets its
+    throughput and the share of this machine's roofline bound it reaches."""
+    from attnbench.studies.time import TimeSpec
+
+    spec = time_spec(
+        TimeSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
+        device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
+        min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
+    )  # fmt: skip
+    from attnbench.views.tables import time_table
+
+    table = partial(time_table, baseline=spec.baseline.spec, max_spread=spec.max_spread)
+    run_timed(spec, threads, isolate, resume, csv, json, plot, False, table)
+
+
+def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inputs, mode,
+              repeats, min_time, max_spread, warmup, seed, baseline, **extra):  # fmt: skip
+    """The time study (or a subclass: the profile study) from the shared options, every
+    one checked; `extra` goes to the subclass."""
     from attnbench.backends import get_backend, parse_backends
     from attnbench.cli.parse import (
         MAX_COUNT,
         check_inputs_fit,
         check_min_time,
         check_seed,
-        check_threads,
         non_negative,
         parse_dtype,
         parse_fraction,
@@ -57,11 +76,9 @@ def time_cmd(
         positive,
         resolve_device,
     )
-    from attnbench.studies.time import TimeSpec
 
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    seed, threads = check_seed(seed), check_threads(threads)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
@@ -69,7 +86,7 @@ def time_cmd(
     batch = positive(batch, "--batch")
     heads = positive(heads, "--heads")
     dim = positive(dim, "--dim")
-    spec = TimeSpec(
+    spec = cls(
         seqs=seqs,
         grids=grids,
         backends=parse_backends(backends),
@@ -83,28 +100,40 @@ def time_cmd(
         mode=mode,
         repeats=positive(repeats, "--repeats", MAX_COUNT),
         warmup=non_negative(warmup, "--warmup", MAX_COUNT),
-        seed=seed,
+        seed=check_seed(seed),
         baseline=get_backend(baseline),
         min_time=check_min_time(min_time),
         max_spread=parse_fraction(max_spread, "--max-spread"),
+        **extra,
     )
     check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)
+    return spec
+
+
+def run_timed(spec, threads, isolate, resume, csv, json, plot, remeasure: bool, table) -> None:
+    """Run a time or profile study: outputs checked, this machine's ceilings loaded (or
+    measured once), the sweep run into the sink, `table(frame)` printed."""
+    from attnbench.cli.parse import check_threads
+
+    threads = check_threads(threads)
     csv, json, plot = shared.outputs(csv, json, plot)
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.env import environment
     from attnbench.results.schema import rows_frame
-    from attnbench.views.tables import time_table, unstable_warning
+    from attnbench.views.tables import unstable_warning
 
     steady_allocator()
     threads = shared.set_threads(threads)
-    sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
+    spec.ceilings = shared.ceilings(spec.device, threads, remeasure)
+    env = environment(spec.device, threads, spec.seed) | {"ceilings": spec.ceilings.as_dict()}
+    sink = shared.sink(env, csv, json, resume)
     rows = shared.run_study(spec, sink, isolate, threads)
     frame = rows_frame(rows)
-    core.console.print(time_table(frame, spec.baseline.spec, spec.max_spread))
+    core.console.print(table(frame))
     warning = unstable_warning(frame, spec.max_spread)
     if warning:
         typer.echo(warning, err=True)
-    shared.finish(sink, rows, plot)
+    shared.finish(sink, rows, plot, env)
 
 
 @core.app.command("model")

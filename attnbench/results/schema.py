@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 STATUSES = ("ok", "skipped", "oom", "error", "crashed")
 # A resumed case with one of these statuses is not run again; error and crashed ones are.
@@ -66,6 +66,18 @@ class Row:
     spread: float | None = None  # IQR / median of the kept samples
     speedup: float | None = None  # the baseline's median / this row's median
     baseline: str = ""
+    # profile rows: the stage timed ("" = the whole call) and its share of the whole call
+    stage: str = ""
+    share: float | None = None
+    # throughput of the row's time: GFLOP/s by the algorithmic and the dense-equivalent
+    # counts (backends/cost.py), GB/s and FLOP/byte by the algorithmic count, the roofline
+    # bound that applies ("compute" or the bandwidth of a memory level) and % of it reached
+    gflops_alg: float | None = None
+    gflops_dense: float | None = None
+    gbs_alg: float | None = None
+    intensity_alg: float | None = None
+    bound: str = ""
+    bound_pct: float | None = None
     case_id: str = ""  # stable hash of the case, made by the runner
     # filled in by ResultSink from the environment record
     fingerprint: str = ""

@@ -18,9 +18,12 @@ from typing import ClassVar
 import torch
 
 from attnbench.backends import Backend
+from attnbench.backends.cost import Shape, dense_equivalent, total
 from attnbench.inputs import Inputs, Source
 from attnbench.measure import conditions
+from attnbench.measure.ceilings import Ceilings
 from attnbench.measure.memory import peak_memory
+from attnbench.measure.roofline import throughput
 from attnbench.measure.telemetry import GpuTelemetry
 from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, time_call
 from attnbench.results.schema import Row
@@ -37,6 +40,7 @@ class TimeSpec(Study):
     """The study: every backend at every length; rows get their speed-up in `finish`."""
 
     steady: ClassVar[bool] = True  # timed calls reuse freed blocks; isolated workers do too
+    name: ClassVar[str] = "time"  # the rows' study
 
     seqs: list[int]
     backends: list[Backend]
@@ -54,6 +58,7 @@ class TimeSpec(Study):
     baseline: Backend | None = None  # speed-ups are against this backend, when it runs
     min_time: float = DEFAULT_MIN_TIME_S  # seconds of samples per case, at least
     max_spread: float = DEFAULT_MAX_SPREAD  # IQR / median above this marks a case unstable
+    ceilings: Ceilings | None = None  # this machine's limits: rows get % of their roofline bound
 
     def __post_init__(self):
         if self.grids:
@@ -68,21 +73,25 @@ class TimeSpec(Study):
         """(n, grid) of every length: grid None for a 1-D sequence."""
         return list(zip(self.seqs, self.grids or [None] * len(self.seqs), strict=True))
 
+    def settings(self) -> dict:
+        """The options that shape every case's measurement (part of its `case_id`)."""
+        return {
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "min_time": self.min_time,
+            "max_spread": self.max_spread,
+        }
+
     @property
     def cases(self) -> list[Case]:
         """Every backend at every length, the baseline first at each length; an image is
         repeated over batch and heads."""
         base = self.baseline.spec if self.baseline else None
         backends = sorted(self.backends, key=lambda b: b.spec != base)
-        settings = {
-            "repeats": self.repeats,
-            "warmup": self.warmup,
-            "min_time": self.min_time,
-            "max_spread": self.max_spread,
-        }
+        settings = self.settings()
         dtype = str(self.dtype).removeprefix("torch.")
         shared = dict(
-            study="time", inputs=self.inputs, batch=self.batch, heads=self.heads,
+            study=self.name, inputs=self.inputs, batch=self.batch, heads=self.heads,
             dim=self.dim, dtype=dtype, device=self.device, mode=self.mode, seed=self.seed,
             settings=settings,
         )  # fmt: skip
@@ -94,18 +103,19 @@ class TimeSpec(Study):
 
     @property
     def measure(self) -> Measure:
-        return TIME
+        return Measure(partial(measure, ceilings=self.ceilings), "time_ms", "ms")
 
     def finish(self, case: Case, rows: list[Row]) -> list[Row]:
         return self._speedups(case, rows)
 
 
-def measure(case: Case, inputs: CaseInputs) -> list[Row]:
+def measure(case: Case, inputs: CaseInputs, ceilings: Ceilings | None = None) -> list[Row]:
     """Median time of the call (every sample kept) with its stability verdict and the host's
-    (and GPU's) conditions around it, its first call, and its peak memory. A case is stable
-    when its samples are steady and its threads did not wait for a CPU: steady samples taken
-    while other processes held the CPUs are steadily slow."""
-    call = _timed_call(partial(case.backend, grid=case.grid), inputs(), case.mode)
+    (and GPU's) conditions around it, its throughput (`case_throughput`), its first call,
+    and its peak memory. A case is stable when its samples are steady and its threads did
+    not wait for a CPU: steady samples taken while other processes held the CPUs are
+    steadily slow."""
+    call = timed_call(case, inputs())
     settings = case.settings
     telemetry = GpuTelemetry(case.device)
     before = conditions.snapshot(case.device)
@@ -132,6 +142,7 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
             stable=timing.stable and not conditions.contended(around),
             spread=timing.spread,
             conditions=around,
+            **case_throughput(case, timing.median, ceilings),
         ),
         case_row(case, "first_call_ms", value=timing.first_call_ms, unit="ms", count=1),
         case_row(
@@ -146,6 +157,16 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
 
 
 TIME = Measure(measure, "time_ms", "ms")
+
+
+def case_throughput(case: Case, ms: float, ceilings: Ceilings | None) -> dict:
+    """Row fields of a whole call taking `ms`: rates by the backend's algorithmic count
+    (the sum of its stages) and by the dense-equivalent count, and the roofline bound."""
+    shape = Shape.of(case)
+    work = total(case.backend.cost(shape).values())
+    return throughput(
+        ms, work.flops, work.bytes, work.footprint, dense_equivalent(shape), ceilings, case.dtype
+    )
 
 
 class Speedups:
@@ -169,8 +190,16 @@ class Speedups:
         return rows
 
 
-def _timed_call(backend: Callable, qkv: list[torch.Tensor], mode: str) -> Callable[[], object]:
-    """The zero-argument call to time; anything it needs is prepared here, untimed."""
+def timed_call(case: Case, qkv: list[torch.Tensor]) -> Callable[[], object]:
+    """The zero-argument call of `case` to time; anything it needs is prepared here,
+    untimed. A backward pass runs inside the backend's "backward" stage."""
+    marker = partial(case.backend.stage, "backward")
+    return _timed_call(partial(case.backend, grid=case.grid), qkv, case.mode, marker)
+
+
+def _timed_call(
+    backend: Callable, qkv: list[torch.Tensor], mode: str, marker
+) -> Callable[[], object]:
     if mode == "fwd":
 
         def forward():
@@ -192,12 +221,15 @@ def _timed_call(backend: Callable, qkv: list[torch.Tensor], mode: str) -> Callab
 
         def backward():
             clear_grads()
-            out.backward(grad_out, retain_graph=True)
+            with marker():
+                out.backward(grad_out, retain_graph=True)
 
         return backward
 
     def forward_backward():
         clear_grads()
-        backend(*leaves).backward(grad_out)
+        out = backend(*leaves)
+        with marker():
+            out.backward(grad_out)
 
     return forward_backward

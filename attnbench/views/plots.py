@@ -56,12 +56,24 @@ def plot_results(df: pd.DataFrame, path: Path, env: dict | None = None) -> None:
     if rows.empty:
         raise UsageError("no successful rows to plot")
     study = studies[0] if studies else ""
+    if study == "profile":
+        from attnbench.views.roofline import roofline_figure
+
+        return _save(roofline_figure(rows, env), path)
     figures = {"time": time_figure, "error": error_figure, "model": model_figure}
     if study not in figures:
         raise UsageError(f"no figure for study {study!r}")
     fig = figures[study](rows, failed_rows(df))
     try:
         _label_grid_axes(fig, pd.concat([rows, failed_rows(df)]))
+    except BaseException:
+        plt.close(fig)
+        raise
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    try:
         atomic_save(fig, path)
     finally:
         plt.close(fig)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -42,11 +43,14 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     reports), spread, peak memory, the speed-up the study recorded against `baseline` (a
     spec), status; an unstable case is marked in its status, and in its spread when that is
     above max_spread."""
-    table = Table(title="attnbench time")
-    columns = ("backend", "n", "median ms", "mean ms", "p10-p90 ms", "spread", "peak MiB")
+    table = Table(title="attnbench time", box=box.SIMPLE_HEAD)
+    columns = ("backend", "n", "median\nms", "mean\nms", "p10-p90\nms", "spread", "peak\nMiB")
     for column in columns:
-        table.add_column(column, justify="left" if column == "backend" else "right")
-    table.add_column(f"speed-up vs {backend_label(baseline)}", justify="right")
+        left = column == "backend"
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    table.add_column(f"speed-up\nvs {backend_label(baseline)}", justify="right", no_wrap=True)
+    table.add_column("GFLOP/s\nalg. / dense-eq.", justify="right", no_wrap=True)
+    table.add_column("% of\nbound", justify="right", no_wrap=True)
     table.add_column("status")
     records = _records(frame)
     times = {_case(r): r for r in records if r["metric"] == "time_ms"}
@@ -59,13 +63,55 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
         table.add_row(
             backend_label(r["backend"]),
             _n(r["seq"]),
-            f"{r['value']:.3f}" if ok else "-",
-            f"{sum(samples) / len(samples):.3f}" if ok and _has(samples) else "-",
-            f"{r['p10']:.3f}-{r['p90']:.3f}" if ok else "-",
+            _ms(r["value"]) if ok else "-",
+            _ms(sum(samples) / len(samples)) if ok and _has(samples) else "-",
+            f"{_ms(r['p10'])}-{_ms(r['p90'])}" if ok else "-",
             _spread(r, max_spread) if ok else "-",
             f"{peak:.1f}" if not _missing(peak) else "-",
             f"{speedup:.2f}x" if not _missing(speedup) and speedup else "-",
+            _rates(r) if ok else "-",
+            _bound(r) if ok else "-",
             "[yellow]unstable[/yellow]" if _unstable(r) else _status(r),
+        )
+    return table
+
+
+def stage_table(frame: pd.DataFrame) -> Table:
+    """A block per backend and length of a profile run: the whole call, then each stage with
+    its median time, share of the call, throughput by the algorithmic count (GFLOP/s, GB/s,
+    FLOP/byte) and the % of the roofline bound it reaches; the whole call also by the
+    dense-equivalent count. A case that did not run shows its status instead."""
+    table = Table(
+        title="attnbench profile (rates by the algorithmic count unless marked)",
+        box=box.SIMPLE_HEAD,
+    )
+    columns = ("backend", "n", "stage", "ms", "share", "GFLOP/s", "GB/s", "FLOP/B", "bound")
+    for column in (*columns, "% of\nbound", "GFLOP/s\ndense-eq."):
+        left = column in ("backend", "stage", "bound")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    for r in _records(frame):
+        if r["metric"] not in ("time_ms", "stage_ms"):
+            continue
+        whole = r["metric"] == "time_ms"
+        if whole and table.row_count:
+            table.add_section()
+        if r["status"] != "ok":
+            table.add_row(backend_label(r["backend"]), _n(r["seq"]), _status(r))
+            continue
+        table.add_row(
+            backend_label(r["backend"]) if whole else "",
+            _n(r["seq"]) if whole else "",
+            ("whole call" + (" [yellow]unstable[/yellow]" if _unstable(r) else ""))
+            if whole
+            else escape(str(r["stage"])),
+            _ms(r["value"]),
+            "" if whole or _missing(r.get("share")) else f"{r['share']:.0%}",
+            _number(r.get("gflops_alg"), "{:.1f}"),
+            _number(r.get("gbs_alg"), "{:.1f}"),
+            _number(r.get("intensity_alg"), "{:.2f}"),
+            _text(r.get("bound")),
+            _number(r.get("bound_pct"), "{:.0f}%"),
+            _number(r.get("gflops_dense"), "{:.1f}"),
         )
     return table
 
@@ -190,6 +236,27 @@ def _spread(record: dict, max_spread: float) -> str:
     return f"{spread:.1%}" + (" !" if spread > max_spread else "")
 
 
+def _ms(value: float) -> str:
+    """Milliseconds to about four significant digits."""
+    return f"{value:.1f}" if value >= 100 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+
+
+def _number(value, fmt: str) -> str:
+    return "-" if _missing(value) else fmt.format(value)
+
+
+def _rates(record: dict) -> str:
+    """Achieved GFLOP/s by the algorithmic and by the dense-equivalent count."""
+    alg, dense = record.get("gflops_alg"), record.get("gflops_dense")
+    return f"{_number(alg, '{:.1f}')} / {_number(dense, '{:.1f}')}"
+
+
+def _bound(record: dict) -> str:
+    """% of the roofline bound reached, and which bound: "13% compute", "75% L2"."""
+    pct, bound = record.get("bound_pct"), _text(record.get("bound"))
+    return "-" if _missing(pct) else f"{pct:.0f}% {bound}"
+
+
 def _conditions(record: dict) -> dict:
     """The host's conditions around the case: each is a column of its own in the frame."""
     return {k: record[k] for k in CONDITION_KEYS if k in record and not _missing(record[k])}
@@ -203,3 +270,94 @@ def _symptoms(record: dict) -> str:
     if wait is not None:
         found.append(f"CPU wait {wait:.0%}")
     return ", ".join(found)
+
+
+def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
+    """A machine's ceilings (`measure.ceilings.Ceilings`): GEMM peak per dtype, copy and
+    triad bandwidth per memory level, the computed peak with its inputs and the measured
+    fp32 GEMM peak's share of it, GPU clocks and datasheet peaks when present, and where
+    the record is cached (`cache_file`, None: not written)."""
+    title = f"attnbench machine: {ceilings.device_name} ({ceilings.device}, "
+    threads = f"{ceilings.threads} thread" + ("" if ceilings.threads == 1 else "s")
+    table = Table(title=escape(f"{title}{threads})"))
+    for column in ("ceiling", "value", "basis"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for dtype, gflops in ceilings.gemm_gflops.items():
+        size = ceilings.gemm_size.get(dtype)
+        table.add_row(f"GEMM {dtype}", _flops(gflops), f"torch.mm, n = {size}" if size else "")
+    table.add_section()
+    for level in ceilings.levels:
+        held = "beyond the caches" if math.isinf(level.capacity) else f"of {_size(level.capacity)}"
+        basis = f"working set {_size(level.working_set)} {held}"
+        table.add_row(f"{level.name} copy", f"{level.copy_gbs:,.1f} GB/s", basis)
+        table.add_row(f"{level.name} triad", f"{level.triad_gbs:,.1f} GB/s", basis)
+    measured = ceilings.gemm_gflops.get("float32")
+    _computed_rows(table, ceilings.computed, measured)
+    _gpu_rows(table, ceilings, measured)
+    table.add_section()
+    table.add_row("fingerprint", ceilings.fingerprint, f"measured {ceilings.measured_at}")
+    table.add_row("cache file", "", escape(cache_file) if cache_file else "not written")
+    return table
+
+
+def _computed_rows(table: Table, computed: dict, measured: float | None) -> None:
+    """cores x lanes x 2 x FMA units x clock, and the fp32 GEMM peak's share of it."""
+    if not computed:
+        return
+    table.add_section()
+    clocks = computed.get("clock_sources_ghz", {})
+    source = next((k for k, v in clocks.items() if v and v == computed["clock_ghz"]), None)
+    where = {"cpu_mhz": "cpu MHz", "cpufreq_max": "cpufreq max"}.get(source, source)
+    clock = f"{computed['clock_ghz']:.2f} GHz ({where})" if source else "no clock known"
+    assumed = " (assumed)" if computed.get("fma_units_assumed") else ""
+    basis = (
+        f"{computed['cores_used']} cores x {computed['fp32_lanes']} lanes "
+        f"({computed['simd']}) x {computed['flops_per_fma']} (FMA) x "
+        f"{computed['fma_units']} FMA units{assumed} x {clock}"
+    )
+    peak = computed.get("gflops_fp32")
+    table.add_row("computed fp32 peak", _flops(peak) if peak else "-", basis)
+    if peak and measured:
+        table.add_row("GEMM float32 / computed", f"{measured / peak:.0%}", "measured over computed")
+
+
+def _gpu_rows(table: Table, ceilings, measured: float | None) -> None:
+    """NVML clocks, then the vendor's peaks and the measured share of them."""
+    clocks, sheet = ceilings.clocks, ceilings.datasheet
+    if clocks:
+        table.add_section()
+        for label in ("sm", "memory"):
+            if clocks.get(f"{label}_max_mhz") is not None:
+                now = f"now {clocks.get(f'{label}_mhz')} MHz ({clocks.get('source', 'NVML')})"
+                table.add_row(
+                    f"{label.upper()} clock", f"{clocks[f'{label}_max_mhz']} MHz max", now
+                )
+    if not sheet:
+        return
+    table.add_section()
+    source = f"{sheet['product']}, {sheet['source']} (not measured)"
+    for key in ("fp32", "tf32", "bf16", "fp16"):
+        if sheet.get(f"{key}_tflops"):
+            table.add_row(f"datasheet {key}", _flops(1e3 * sheet[f"{key}_tflops"]), source)
+    if sheet.get("memory_tbs"):
+        table.add_row("datasheet memory", f"{sheet['memory_tbs']:.2f} TB/s", source)
+    if measured and sheet.get("fp32_tflops"):
+        share = measured / (1e3 * sheet["fp32_tflops"])
+        table.add_row("GEMM float32 / datasheet", f"{share:.0%}", "measured over datasheet")
+    if ceilings.levels and sheet.get("memory_tbs"):
+        last = ceilings.levels[-1]
+        share = last.gbs / (1e3 * sheet["memory_tbs"])
+        table.add_row(f"{last.name} / datasheet", f"{share:.0%}", "measured over datasheet")
+
+
+def _flops(gflops: float) -> str:
+    return f"{gflops / 1e3:,.1f} TFLOP/s" if gflops >= 1e4 else f"{gflops:,.1f} GFLOP/s"
+
+
+def _size(nbytes: float) -> str:
+    """Bytes in binary units: "32 KiB", "1.5 MiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.4g} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.4g} GiB"

@@ -1,0 +1,108 @@
+"""`attnbench profile`: where each backend's time goes, stage by stage, and how far each
+stage is from this machine's limit."""
+
+from pathlib import Path
+
+import typer
+
+from attnbench.cli import core, options
+from attnbench.cli.speed import DEFAULT_BACKENDS, run_timed, time_spec
+from attnbench.errors import UsageError
+from attnbench.measure import DEFAULT_MIN_TIME_S, is_cuda
+
+
+@core.app.command("profile")
+def profile_cmd(
+    seq: options.Seq = None,
+    grid: options.Grid = None,
+    batch: options.Batch = 1,
+    heads: options.Heads = 4,
+    dim: options.Dim = 64,
+    dtype: options.Dtype = "float32",
+    device: options.Device = "auto",
+    backends: options.Backends = DEFAULT_BACKENDS,
+    inputs: options.Inputs = "random",
+    mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
+    stages: str = typer.Option(
+        None, help="keep only these stages: a comma list of names or globs (hash,backward*)"
+    ),
+    trace: Path = typer.Option(
+        None, help="write one Perfetto/Chrome trace per case into this folder"
+    ),
+    calls: int = typer.Option(10, help="profiled calls per case (stage times: their median)"),
+    repeats: int = typer.Option(10, help="timed samples of the whole call, at least"),
+    min_time: float = typer.Option(
+        DEFAULT_MIN_TIME_S, help="seconds of timed samples per case, at least"
+    ),
+    max_spread: str = typer.Option(
+        "10%", help="a case whose IQR/median exceeds this is marked unstable"
+    ),
+    warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
+    seed: options.Seed = 0,
+    threads: options.Threads = None,
+    baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
+    remeasure: bool = typer.Option(False, help="measure this machine's ceilings again"),
+    nvtx: bool = typer.Option(
+        False, help="CUDA: also run --calls calls with NVTX ranges, for nsys profile -t cuda,nvtx"
+    ),
+    isolate: options.Isolate = False,
+    resume: options.Resume = False,
+    csv: options.Csv = None,
+    json: options.Json = None,
+    plot: options.Plot = None,
+) -> None:
+    """Stage by stage: time, share, GFLOP/s, GB/s and % of the roofline bound.
+
+    Each backend marks its stages (YOSO's hash and cumulation, SCRAM's PatchMatch passes,
+    ...); --plot draws the roofline, --trace keeps a trace for ui.perfetto.dev."""
+    from attnbench.cli.parse import MAX_COUNT, positive
+    from attnbench.studies.profile import ProfileSpec
+    from attnbench.views.tables import stage_table
+
+    stage_filter = _stage_filter(stages)
+    spec = time_spec(
+        ProfileSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
+        device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
+        min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
+        stage_filter=stage_filter, calls=positive(calls, "--calls", MAX_COUNT), nvtx=nvtx,
+    )  # fmt: skip
+    if nvtx and not is_cuda(spec.device):
+        raise UsageError("--nvtx: NVTX ranges are for a CUDA run under nsys; give --device cuda")
+    spec.trace_dir = _trace_dir(trace)
+    spec.check_stage_filter()  # before the machine's ceilings are measured
+    run_timed(spec, threads, isolate, resume, csv, json, plot, remeasure, stage_table)
+    if trace is not None:
+        core.console.print(f"wrote traces into {trace} (open them in ui.perfetto.dev)")
+
+
+def _stage_filter(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise UsageError(f"--stages: empty item in {text!r}")
+    return names
+
+
+def _trace_dir(path: Path | None) -> Path | None:
+    """The trace folder, probed before any work: made if absent, a file written into it
+    and removed, and whatever the probe made removed again (the study makes the folder
+    when the first trace is written), so a bad --trace leaves nothing behind."""
+    if path is None:
+        return None
+    import os
+    import tempfile
+
+    made = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".attnbench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"--trace: cannot write into {path} ({exc.strerror or exc})") from None
+    finally:
+        for folder in made:  # deepest first
+            if folder.is_dir():
+                folder.rmdir()
+    return path

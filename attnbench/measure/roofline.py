@@ -1,0 +1,62 @@
+"""Where a timed piece of work sits under the machine's roofline.
+
+A stage doing `flops` over `bytes` at arithmetic intensity I = flops / bytes can reach at
+most min(P, I x B): P the measured GEMM peak of its dtype, B the bandwidth of the memory
+level its working set fits in. Whichever term is smaller is the bound that applies, and
+the achieved rate over it is the share of the machine's own limit reached. Work with no
+flops (a gather, a copy) is bound by bandwidth alone.
+"""
+
+from __future__ import annotations
+
+from attnbench.measure.ceilings import Ceilings
+
+
+def throughput(
+    ms: float,
+    flops: float,
+    nbytes: float,
+    working_set: float,
+    dense_flops: float | None,
+    ceilings: Ceilings | None,
+    dtype: str,
+) -> dict:
+    """The row fields of work done in `ms` milliseconds: achieved GFLOP/s by the
+    algorithmic (`flops`) and dense-equivalent counts, GB/s, FLOP/byte, the bound and the
+    % of it reached (the last two only with `ceilings`). Missing counts give None."""
+    if not ms or ms <= 0 or ms != ms:
+        return {}
+    seconds = ms / 1e3
+    fields: dict = {
+        "gflops_alg": flops / seconds / 1e9 if flops else None,
+        "gflops_dense": dense_flops / seconds / 1e9 if dense_flops else None,
+        "gbs_alg": nbytes / seconds / 1e9 if nbytes else None,
+        "intensity_alg": flops / nbytes if flops and nbytes else None,
+    }
+    if ceilings is None or not (flops or nbytes):
+        return fields
+    bound, attainable = bound_of(flops, nbytes, working_set, ceilings, dtype)
+    if flops:
+        achieved = fields["gflops_alg"]
+    else:  # pure data movement: bandwidth is the only ceiling
+        achieved = fields["gbs_alg"]
+    fields["bound"] = bound
+    fields["bound_pct"] = 100.0 * achieved / attainable if attainable else None
+    return fields
+
+
+def bound_of(
+    flops: float, nbytes: float, working_set: float, ceilings: Ceilings, dtype: str
+) -> tuple[str, float]:
+    """("compute", peak GFLOP/s) or (level name, attainable rate) for this work: GFLOP/s
+    when it has flops, else GB/s. The level is the one `working_set` bytes fit in."""
+    level = ceilings.level_for(working_set or nbytes)
+    if not flops:
+        return level.name, level.gbs
+    peak = ceilings.peak(dtype) or float("inf")
+    if not nbytes:
+        return "compute", peak
+    memory_roof = flops / nbytes * level.gbs
+    if peak <= memory_roof:
+        return "compute", peak
+    return level.name, memory_roof
