@@ -17,7 +17,7 @@ from attnbench.cli import core
 from attnbench.measure import stageclock
 from attnbench.measure.ceilings import Ceilings, Level
 from attnbench.measure.profiling import device_stage_ms
-from attnbench.measure.roofline import bound_of, throughput
+from attnbench.measure.roofline import bound_of, call_throughput, throughput
 from attnbench.measure.stageclock import clocked
 from attnbench.run.case import MODES
 from attnbench.run.runner import run
@@ -58,6 +58,17 @@ def test_every_backend_states_the_cost_of_each_of_its_stages(name):
         for stage, cost in costs.items():
             assert min(cost.matmul_flops, cost.other_flops, cost.bytes) >= 0, (name, stage)
         assert sum(c.flops for c in costs.values()) > 0
+
+
+def test_a_whole_call_is_set_against_its_stages_each_at_its_own_bound():
+    """A call of a compute-bound stage (1e9 flops at 100 GFLOP/s: 10 ms at best) and an
+    L2-resident one (1e6 flops over 1e8 bytes at 100 GB/s: 1 ms at best) taking 22 ms
+    reaches 50 % of its bound, although its summed bytes would sit under DRAM's roof."""
+    stages = [(1e9, 1e6, 1e4), (1e6, 1e8, 1e6)]
+    fields = call_throughput(22.0, stages, None, ceilings(peak=100.0), "float32")
+    assert fields["bound_pct"] == pytest.approx(50.0)
+    assert fields["bound"] == "compute"
+    assert fields["gflops_alg"] == pytest.approx((1e9 + 1e6) / 0.022 / 1e9)
 
 
 def test_a_stage_marks_a_range_only_while_a_profiler_records():

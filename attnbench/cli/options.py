@@ -37,6 +37,17 @@ Inputs = Annotated[
         "svd:NAME, three-blobs, or a .npz/.pt with q, k, v"
     ),
 ]
+Mode = Annotated[str, typer.Option(help="fwd, bwd or fwdbwd")]
+Repeats = Annotated[int, typer.Option(help="timed samples per case, at least")]
+MinTime = Annotated[
+    float,
+    typer.Option(help="seconds of timed samples per case, at least (fast calls: more)"),
+]
+MaxSpread = Annotated[
+    str, typer.Option(help="a case whose IQR/median exceeds this is marked unstable")
+]
+Warmup = Annotated[int, typer.Option(help="most warm-up calls (stops early once stable)")]
+Baseline = Annotated[str, typer.Option(help="backend the speed-up column compares with")]
 Seed = Annotated[int, typer.Option(help="seed of the inputs and of stochastic backends")]
 Threads = Annotated[
     int | None, typer.Option(help="CPU threads for torch and numba (default: torch's)")

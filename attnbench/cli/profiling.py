@@ -22,7 +22,7 @@ def profile_cmd(
     device: options.Device = "auto",
     backends: options.Backends = DEFAULT_BACKENDS,
     inputs: options.Inputs = "random",
-    mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
+    mode: options.Mode = "fwd",
     stages: str = typer.Option(
         None, help="keep only these stages: a comma list of names or globs (hash,backward*)"
     ),
@@ -30,17 +30,13 @@ def profile_cmd(
         None, help="write one Perfetto/Chrome trace per case into this folder"
     ),
     calls: int = typer.Option(10, help="profiled calls per case (stage times: their median)"),
-    repeats: int = typer.Option(10, help="timed samples of the whole call, at least"),
-    min_time: float = typer.Option(
-        DEFAULT_MIN_TIME_S, help="seconds of timed samples per case, at least"
-    ),
-    max_spread: str = typer.Option(
-        "10%", help="a case whose IQR/median exceeds this is marked unstable"
-    ),
-    warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
+    repeats: options.Repeats = 10,
+    min_time: options.MinTime = DEFAULT_MIN_TIME_S,
+    max_spread: options.MaxSpread = "10%",
+    warmup: options.Warmup = 10,
     seed: options.Seed = 0,
     threads: options.Threads = None,
-    baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
+    baseline: options.Baseline = "sdpa",
     remeasure: bool = typer.Option(False, help="measure this machine's ceilings again"),
     nvtx: bool = typer.Option(
         False, help="CUDA: also run --calls calls with NVTX ranges, for nsys profile -t cuda,nvtx"

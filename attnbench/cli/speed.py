@@ -23,18 +23,14 @@ def time_cmd(
     device: options.Device = "auto",
     backends: options.Backends = DEFAULT_BACKENDS,
     inputs: options.Inputs = "random",
-    mode: str = typer.Option("fwd", help="fwd, bwd or fwdbwd"),
-    repeats: int = typer.Option(10, help="timed samples per case, at least"),
-    min_time: float = typer.Option(
-        DEFAULT_MIN_TIME_S, help="seconds of timed samples per case, at least (fast calls: more)"
-    ),
-    max_spread: str = typer.Option(
-        "10%", help="a case whose IQR/median exceeds this is marked unstable"
-    ),
-    warmup: int = typer.Option(10, help="most warm-up calls (stops early once stable)"),
+    mode: options.Mode = "fwd",
+    repeats: options.Repeats = 10,
+    min_time: options.MinTime = DEFAULT_MIN_TIME_S,
+    max_spread: options.MaxSpread = "10%",
+    warmup: options.Warmup = 10,
     seed: options.Seed = 0,
     threads: options.Threads = None,
-    baseline: str = typer.Option("sdpa", help="backend the speed-up column compares with"),
+    baseline: options.Baseline = "sdpa",
     isolate: options.Isolate = False,
     resume: options.Resume = False,
     csv: options.Csv = None,

@@ -4,7 +4,9 @@ A stage doing `flops` over `bytes` at arithmetic intensity I = flops / bytes can
 most min(P, I x B): P the measured GEMM peak of its dtype, B the bandwidth of the memory
 level its working set fits in. Whichever term is smaller is the bound that applies, and
 the achieved rate over it is the share of the machine's own limit reached. Work with no
-flops (a gather, a copy) is bound by bandwidth alone.
+flops (a gather, a copy) is bound by bandwidth alone. A whole call of several stages,
+each under its own bound, is measured against the time its stages would take if each ran
+at its bound (`call_throughput`).
 """
 
 from __future__ import annotations
@@ -60,3 +62,31 @@ def bound_of(
     if peak <= memory_roof:
         return "compute", peak
     return level.name, memory_roof
+
+
+def call_throughput(
+    ms: float,
+    stages: list[tuple[float, float, float]],
+    dense_flops: float | None,
+    ceilings: Ceilings | None,
+    dtype: str,
+) -> dict:
+    """The row fields of a whole call of `stages` (flops, bytes, working set each) taking
+    `ms`: rates of the summed counts, and as `bound_pct` the time the stages would take
+    each at its own bound over `ms`; `bound` names the bound of the stage that dominates
+    that time. Summed bytes would put a call whose stages run in cache under DRAM's roof."""
+    flops = sum(f for f, _, _ in stages)
+    nbytes = sum(b for _, b, _ in stages)
+    fields = throughput(ms, flops, nbytes, nbytes, dense_flops, None, dtype)
+    if ceilings is None or not fields or not (flops or nbytes):
+        return fields
+    least_ms: dict[str, float] = {}
+    for f, b, working_set in stages:
+        if not (f or b):
+            continue
+        bound, rate = bound_of(f, b, working_set, ceilings, dtype)
+        work = f if f else b  # flops at GFLOP/s, or bytes at GB/s
+        least_ms[bound] = least_ms.get(bound, 0.0) + work / rate / 1e6
+    fields["bound"] = max(least_ms, key=least_ms.get)
+    fields["bound_pct"] = 100.0 * sum(least_ms.values()) / ms
+    return fields

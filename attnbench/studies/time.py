@@ -18,12 +18,12 @@ from typing import ClassVar
 import torch
 
 from attnbench.backends import Backend
-from attnbench.backends.cost import Shape, dense_equivalent, total
+from attnbench.backends.cost import Shape, dense_equivalent
 from attnbench.inputs import Inputs, Source
 from attnbench.measure import conditions
 from attnbench.measure.ceilings import Ceilings
 from attnbench.measure.memory import peak_memory
-from attnbench.measure.roofline import throughput
+from attnbench.measure.roofline import call_throughput
 from attnbench.measure.telemetry import GpuTelemetry
 from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, time_call
 from attnbench.results.schema import Row
@@ -161,12 +161,11 @@ TIME = Measure(measure, "time_ms", "ms")
 
 def case_throughput(case: Case, ms: float, ceilings: Ceilings | None) -> dict:
     """Row fields of a whole call taking `ms`: rates by the backend's algorithmic count
-    (the sum of its stages) and by the dense-equivalent count, and the roofline bound."""
+    (the sum of its stages) and by the dense-equivalent count, and how close the call
+    comes to its stages' roofline bounds (`call_throughput`)."""
     shape = Shape.of(case)
-    work = total(case.backend.cost(shape).values())
-    return throughput(
-        ms, work.flops, work.bytes, work.footprint, dense_equivalent(shape), ceilings, case.dtype
-    )
+    stages = [(c.flops, c.bytes, c.footprint) for c in case.backend.cost(shape).values()]
+    return call_throughput(ms, stages, dense_equivalent(shape), ceilings, case.dtype)
 
 
 class Speedups:

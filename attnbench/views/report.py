@@ -2,9 +2,9 @@
 
 `write_reports(plots, out)` reads every result CSV in `plots` and writes one Markdown file per
 paper: `yoso-*.csv` and `cpu-time.csv` go to `yoso.md`, `scram-*.csv` to `scram.md`, and
-`field-*.csv` (the baselines side by side) to `field.md`. The output depends only on the CSVs
-and their `.env.json` sidecars (no clock, no machine state), so a test can regenerate it and
-compare it byte for byte with the committed files.
+`field-*.csv` and `profile-*.csv` (the baselines side by side) to `field.md`. The output
+depends only on the CSVs and their `.env.json` sidecars (no clock, no machine state), so a
+test can regenerate it and compare it byte for byte with the committed files.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import pandas as pd
 
 from attnbench.results.read import read_rows
 
-REPORTS = {"yoso.md": ("yoso-", "cpu-time"), "scram.md": ("scram-",), "field.md": ("field-",)}
+REPORTS = {
+    "yoso.md": ("yoso-", "cpu-time"),
+    "scram.md": ("scram-",),
+    "field.md": ("field-", "profile-"),
+}
 TITLES = {
     "yoso.md": "YOSO results",
     "scram.md": "SCRAM results",
@@ -91,6 +95,9 @@ def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
             lines += markdown_table(*growth)
     elif study == "model":
         lines += markdown_table(*model_table(frame))
+    elif study == "profile":
+        lines += [PROFILE_NOTE, ""]
+        lines += markdown_table(*profile_table(frame))
     else:
         lines += markdown_table(*error_table(frame))
     lines.append("")
@@ -267,6 +274,40 @@ def error_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
     ]
     header = ["backend", _size_header(frame), *metrics, "status"]
     return header, rows, [False, True, *([True] * len(metrics)), False]
+
+
+PROFILE_NOTE = (
+    "Rates by the algorithmic count (the backend's own work); % of the bound that applies at "
+    "the stage's intensity (GEMM peak or the bandwidth of the level its working set fits in, "
+    "measured on this machine); for a whole call, of its stages' bounds. Dense-eq.: "
+    "4·B·H·n²·d per forward."
+)
+
+
+def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Rows of (backend, size, stage, median, share, GFLOP/s, GB/s, bound, % of it,
+    dense-equivalent GFLOP/s), the whole call first, then its stages."""
+    rows = []
+    for _, row in frame[frame["metric"].isin(["time_ms", "stage_ms"])].iterrows():
+        whole = row["metric"] == "time_ms"
+        bound = "" if _missing(row.get("bound")) else str(row["bound"])
+        pct = row.get("bound_pct")
+        rows.append(
+            [
+                f"`{row['backend']}`" if whole else "",
+                _size(row) if whole else "",
+                "whole call" if whole else str(row["stage"]),
+                _ms(row["value"]) if row["status"] == "ok" else _status(row),
+                "" if whole else f"{float(row['share']):.0%}",
+                _num(row.get("gflops_alg")),
+                _num(row.get("gbs_alg")),
+                f"{_num(pct)} % {bound}" if not _missing(pct) else "–",
+                _num(row.get("gflops_dense")) if whole else "",
+            ]
+        )
+    header = ["backend", _size_header(frame), "stage", "median", "share", "GFLOP/s", "GB/s"]
+    header += ["% of bound", "dense-eq. GFLOP/s"]
+    return header, rows, [False, True, False, True, True, True, True, False, True]
 
 
 def markdown_table(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
