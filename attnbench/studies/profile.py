@@ -4,8 +4,9 @@ A case is a backend at a length, as in the time study, and its first rows are th
 study's: the whole call, timed as `time` times it. Then the call runs `calls` more times
 with its stages timed (on the CPU by the stage clock, `measure.stageclock`; on a GPU by
 the device time of each stage's kernels under torch.profiler), and each stage the backend
-marks gets a row: the median of its self time over those calls, its share of the whole
-call, and its throughput by the stage's cost model (`Backend.cost`) under the machine's
+marks gets a row: the median of its self time over those calls, its share of their
+median time (the same calls, so shares do not mix two moments of a drifting machine),
+and its throughput by the stage's cost model (`Backend.cost`) under the machine's
 roofline. The stage "other" is each of those calls less its stages: time no stage
 accounts for. `trace_dir` gets one more call under torch.profiler, exported for Perfetto.
 """
@@ -88,20 +89,21 @@ def measure(
 ) -> list[Row]:
     """The time study's rows of the case, then a row per stage (module docstring)."""
     rows = time_study.measure(case, inputs, ceilings)
-    whole = next(r for r in rows if r.metric == "time_ms")
     backend, device = case.backend, case.device
     call = time_study.timed_call(case, inputs())
     prefix = f"{backend.name}."
     per_call = partial(_stage_times, call, prefix, device)
     per_call()  # a first profiled call pays the profiler's set-up, not a sample
     spent: dict[str, list[float]] = {s: [] for s in backend.stages_in(case.mode, device)}
-    others = []
+    others, walls = [], []
     for index in range(calls):
         found, wall_ms = per_call()
         for stage in dict.fromkeys([*spent, *found]):
             spent.setdefault(stage, [0.0] * index).append(found.get(stage, 0.0))
         others.append(wall_ms - sum(found.values()))
+        walls.append(wall_ms)
     spent[OTHER] = others
+    call_ms = float(np.median(walls))
     if nvtx:
         under_nvtx(call, calls)
     if trace_dir is not None:
@@ -115,7 +117,7 @@ def measure(
             rate = throughput(
                 ms, cost.flops, cost.bytes, cost.footprint, None, ceilings, case.dtype
             )
-            share = ms / whole.value if whole.value else None
+            share = ms / call_ms if call_ms > 0 else None
             rows.append(_stage_row(case, stage, ms, samples, share, rate))
     return rows
 
