@@ -157,6 +157,8 @@ def test_profile_rows_split_each_call_into_its_stages(mode):
         mine = [r for r in rows if r.backend.split(":")[0] == backend]
         assert all(r.study == "profile" and r.status == "ok" for r in mine)
         whole = next(r for r in mine if r.metric == "time_ms")
+        unmarked = next(r for r in mine if r.metric == "unmarked_ms")
+        assert len(unmarked.samples) == 2 and unmarked.value > 0 and unmarked.stage == ""
         assert whole.stage == "" and whole.gflops_dense > 0 and whole.bound
         stages = {r.stage: r for r in mine if r.metric == "stage_ms"}
         declared = get_backend(backend).stages_in(mode)

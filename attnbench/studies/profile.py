@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+import torch
 
 from attnbench.backends.cost import Cost, Shape
 from attnbench.errors import UsageError
@@ -36,6 +38,10 @@ from attnbench.run.study import Measure, case_row
 from attnbench.studies import time as time_study
 
 OTHER = "other"  # the stage row of the time no marked stage covers
+# the row of unmarked calls, each just before a profiled one: the same moments of a
+# drifting machine, so it shows what marking the stages costs, unlike `time`'s median
+UNMARKED = "unmarked_ms"
+UNMARKED_METHOD = "unmarked calls, each just before a profiled one"
 
 
 @dataclass
@@ -95,8 +101,9 @@ def measure(
     per_call = partial(_stage_times, call, prefix, device)
     per_call()  # a first profiled call pays the profiler's set-up, not a sample
     spent: dict[str, list[float]] = {s: [] for s in backend.stages_in(case.mode, device)}
-    others, walls = [], []
+    others, walls, unmarked = [], [], []
     for index in range(calls):
+        unmarked.append(_unmarked_ms(call, device))
         found, wall_ms = per_call()
         for stage in dict.fromkeys([*spent, *found]):
             spent.setdefault(stage, [0.0] * index).append(found.get(stage, 0.0))
@@ -109,6 +116,7 @@ def measure(
     if trace_dir is not None:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
         export_trace(profiled(call, device)[0], Path(trace_dir) / trace_name(case))
+    rows.append(_timing_row(case, UNMARKED, unmarked, UNMARKED_METHOD))
     costs = backend.cost(Shape.of(case))
     for stage, samples in spent.items():
         ms = float(np.median(samples))
@@ -131,22 +139,36 @@ def _stage_times(call, prefix: str, device: str) -> tuple[dict[str, float], floa
     return clocked(call, prefix)
 
 
-def _stage_row(case: Case, stage: str, ms: float, samples: list[float], share, rate) -> Row:
-    method = "each call less its stages" if stage == OTHER else "stage self time"
+def _unmarked_ms(call, device: str) -> float:
+    """One call with nothing marking its stages, in ms (on CUDA, until the GPU is done)."""
+    if is_cuda(device):
+        torch.cuda.synchronize()
+    start = time.perf_counter_ns()
+    call()
+    if is_cuda(device):
+        torch.cuda.synchronize()
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def _timing_row(case: Case, metric: str, samples: list[float], method: str, **fields) -> Row:
+    """A row of the median of `samples` (ms), with p10, p90 and every sample."""
     return case_row(
         case,
-        "stage_ms",
-        value=ms,
+        metric,
+        value=float(np.median(samples)),
         unit="ms",
-        p10=float(np.percentile(samples, 10)) if samples else None,
-        p90=float(np.percentile(samples, 90)) if samples else None,
-        count=len(samples) or None,
+        p10=float(np.percentile(samples, 10)),
+        p90=float(np.percentile(samples, 90)),
+        count=len(samples),
         samples=samples,
         method=method,
-        stage=stage,
-        share=share,
-        **rate,
+        **fields,
     )
+
+
+def _stage_row(case: Case, stage: str, ms: float, samples: list[float], share, rate) -> Row:
+    method = "each call less its stages" if stage == OTHER else "stage self time"
+    return _timing_row(case, "stage_ms", samples, method, stage=stage, share=share, **rate)
 
 
 def trace_name(case: Case) -> str:

@@ -288,7 +288,10 @@ def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list
     """Rows of (backend, size, stage, median, share, GFLOP/s, GB/s, bound, % of it,
     dense-equivalent GFLOP/s), the whole call first, then its stages."""
     rows = []
-    for _, row in frame[frame["metric"].isin(["time_ms", "stage_ms"])].iterrows():
+    for _, row in frame[frame["metric"].isin(["time_ms", "unmarked_ms", "stage_ms"])].iterrows():
+        if row["metric"] == "unmarked_ms":
+            rows.append(["", "", "whole call, interleaved", _ms(row["value"]), *[""] * 5])
+            continue
         whole = row["metric"] == "time_ms"
         bound = "" if _missing(row.get("bound")) else str(row["bound"])
         pct = row.get("bound_pct")

@@ -77,8 +77,9 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
 
 
 def stage_table(frame: pd.DataFrame) -> Table:
-    """A block per backend and length of a profile run: the whole call, then each stage with
-    its median time, share of the call, throughput by the algorithmic count (GFLOP/s, GB/s,
+    """A block per backend and length of a profile run: the whole call (as `time` measures it,
+    then unmarked calls interleaved with the profiled ones), then each stage with its median
+    time, share of the profiled calls, throughput by the algorithmic count (GFLOP/s, GB/s,
     FLOP/byte) and the % of the roofline bound it reaches; the whole call also by the
     dense-equivalent count. A case that did not run shows its status instead."""
     table = Table(
@@ -90,6 +91,9 @@ def stage_table(frame: pd.DataFrame) -> Table:
         left = column in ("backend", "stage", "bound")
         table.add_column(column, justify="left" if left else "right", no_wrap=True)
     for r in _records(frame):
+        if r["metric"] == "unmarked_ms":
+            table.add_row("", "", "whole call, interleaved", _ms(r["value"]))
+            continue
         if r["metric"] not in ("time_ms", "stage_ms"):
             continue
         whole = r["metric"] == "time_ms"
