@@ -62,9 +62,9 @@ def test_every_backend_states_the_cost_of_each_of_its_stages(name):
 
 
 def test_a_whole_call_is_set_against_its_stages_each_at_its_own_bound():
-    """A call of a compute-bound stage (1e9 flops at 100 GFLOP/s: 10 ms at best) and an
-    L2-resident one (1e6 flops over 1e8 bytes at 100 GB/s: 1 ms at best) taking 22 ms
-    reaches 50 % of its bound, although its summed bytes would sit under DRAM's roof."""
+    """A call of a compute-bound stage and an L2-resident one is set against the time each
+    would take at its own bound (flops over the peak, flops over intensity x L2 bandwidth),
+    although its summed bytes would sit under DRAM's roof."""
     stages = [(1e9, 1e6, 1e4), (1e6, 1e8, 1e6)]
     fields = call_throughput(22.0, stages, None, ceilings(peak=100.0), "float32")
     assert fields["bound_pct"] == pytest.approx(50.0)
@@ -82,7 +82,7 @@ def test_a_stage_marks_a_range_only_while_a_profiler_records():
 def test_roofline_bound_is_compute_or_the_level_the_working_set_fits():
     c = ceilings(peak=100.0)
     assert bound_of(1e9, 1e6, 1e4, c, "float32") == ("compute", 100.0)  # 1000 FLOP/B
-    name, rate = bound_of(1e6, 1e6, 1e4, c, "float32")  # 1 FLOP/B in L1: 250 GB/s > peak
+    name, rate = bound_of(1e6, 1e6, 1e4, c, "float32")  # L1's memory roof is above the peak
     assert (name, rate) == ("compute", 100.0)
     assert bound_of(1e6, 1e6, 1e8, c, "float32") == ("DRAM", 25.0)  # 1 FLOP/B from DRAM
     assert bound_of(0, 1e6, 1e5, c, "float32") == ("L2", 100.0)  # no flops: bandwidth alone

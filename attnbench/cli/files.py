@@ -73,7 +73,7 @@ def compare_cmd(
     from attnbench.cli.parse import parse_fraction
     from attnbench.views import compare
 
-    threshold = None  # "5%" or "0.05"; a bare number is a fraction, so below 1
+    threshold = None  # a share, as parse_fraction reads it
     if fail_above is not None:
         threshold = parse_fraction(fail_above, "--fail-above", "a slowdown")
     comparison = compare.compare_files(a, b)

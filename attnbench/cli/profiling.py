@@ -81,22 +81,20 @@ def _stage_filter(text: str | None) -> list[str] | None:
 
 
 def _trace_dir(path: Path | None) -> Path | None:
-    """The trace folder, probed before any work: made if absent, a file written into it
-    and removed, and whatever the probe made removed again (the study makes the folder
-    when the first trace is written), so a bad --trace leaves nothing behind."""
+    """The trace folder, probed before any work: made if absent, a trace file probed in it
+    (`writable_file`), and whatever the probe made removed again (the study makes the
+    folder when the first trace is written), so a bad --trace leaves nothing behind."""
     if path is None:
         return None
-    import os
-    import tempfile
+    from attnbench.cli.parse import writable_file
 
     made = [p for p in (path, *path.parents) if not p.exists()]
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".attnbench-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise UsageError(f"--trace: cannot write into {path} ({exc.strerror or exc})") from None
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--trace: cannot make {path} ({exc.strerror or exc})") from None
+        writable_file(path / "trace.json", "--trace")
     finally:
         for folder in made:  # deepest first
             if folder.is_dir():

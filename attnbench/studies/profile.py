@@ -126,7 +126,7 @@ def measure(
                 ms, cost.flops, cost.bytes, cost.footprint, None, ceilings, case.dtype
             )
             share = ms / call_ms if call_ms > 0 else None
-            rows.append(_stage_row(case, stage, ms, samples, share, rate))
+            rows.append(_stage_row(case, stage, samples, share, rate))
     return rows
 
 
@@ -166,7 +166,7 @@ def _timing_row(case: Case, metric: str, samples: list[float], method: str, **fi
     )
 
 
-def _stage_row(case: Case, stage: str, ms: float, samples: list[float], share, rate) -> Row:
+def _stage_row(case: Case, stage: str, samples: list[float], share, rate) -> Row:
     method = "each call less its stages" if stage == OTHER else "stage self time"
     return _timing_row(case, "stage_ms", samples, method, stage=stage, share=share, **rate)
 

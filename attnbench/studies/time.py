@@ -31,7 +31,7 @@ from attnbench.run.case import MODES, Case
 from attnbench.run.executors import CaseInputs
 from attnbench.run.study import Measure, Study, case_row
 
-__all__ = ["MODES", "TIME", "TimeSpec", "measure"]
+__all__ = ["MODES", "TimeSpec", "measure"]
 MIB = 1024 * 1024
 
 
@@ -154,9 +154,6 @@ def measure(case: Case, inputs: CaseInputs, ceilings: Ceilings | None = None) ->
             method=memory.method,
         ),
     ]
-
-
-TIME = Measure(measure, "time_ms", "ms")
 
 
 def case_throughput(case: Case, ms: float, ceilings: Ceilings | None) -> dict:
