@@ -1,7 +1,7 @@
 """YOSO's kernels on the CPU: numba `njit(parallel=True)` over `prange` work units.
 
-Hashing gives the same int32 codes as the CUDA kernels bit for bit (same fp32 operations in
-the same order, no fastmath), so both targets see identical buckets. `cumulation` fills
+Hashing lives in `cpu_hash` (re-exported here, so this module and `cuda` offer the same
+kernels to `dispatch`). `cumulation` fills
 hash tables per worker, a chunk of hashes at a time (`core.hash_chunk`), so its memory is
 O(workers * chunk * 2^tau * width) however large m or d_v are. `weighted_cumulation`
 (and `cumulation` when tau is large for n) sorts the rows by code instead and handles one
@@ -17,14 +17,10 @@ import numba
 import numpy as np
 from numba import float32, njit, prange, uint64
 
-from attnbench.kernels.lsh.core import hash_chunk, sign_code
+from attnbench.kernels.lsh.checks import check, check_codes, require
+from attnbench.kernels.lsh.core import hash_chunk
+from attnbench.kernels.lsh.cpu_hash import fast_codes, gaussian_codes
 
-# Rows hashed together by the fast hash, the contiguous axis of its [d_pad, rows] buffer.
-# 64 = four AVX-512 vectors; at 16, LLVM unrolls the row loop and, unable to prove rows j
-# and j + h apart, leaves it scalar.
-FAST_ROWS = 64
-# Rows a Gaussian-hash work unit projects at once (shares each projection row's loads).
-GAUSS_ROWS = 8
 # Widest block of value columns one cumulation work unit owns.
 MAX_WIDTH = 64
 # Most floats of the one dense bucket table of weighted_cumulation (16 KiB: stays in L1).
@@ -37,166 +33,6 @@ RADIX_BITS = 10
 
 __all__ = ["cumulation", "fast_codes", "gaussian_codes", "weighted_cumulation"]
 
-
-# --- hashing -------------------------------------------------------------------------
-
-
-@njit(parallel=True, cache=True)
-def _gaussian_codes(x, proj, tau, out):
-    groups, n, d = x.shape
-    m = out.shape[2]
-    cols = m * tau
-    blocks = (n + GAUSS_ROWS - 1) // GAUSS_ROWS
-    for unit in prange(groups * blocks):
-        g = unit // blocks
-        i0 = (unit % blocks) * GAUSS_ROWS
-        rows = min(GAUSS_ROWS, n - i0)
-        # All m*tau dot products of a row at once, c outer, so the loop over columns is
-        # contiguous and vectorises. Each sum is still core.gaussian_code's: fp32, in order
-        # c = 0 .. d-1 (four c per pass over acc only saves its loads and stores).
-        acc = np.zeros((GAUSS_ROWS, cols), np.float32)
-        c = 0
-        while c + 4 <= d:
-            p0, p1, p2, p3 = proj[g, c], proj[g, c + 1], proj[g, c + 2], proj[g, c + 3]
-            for r in range(rows):
-                x0, x1, x2, x3 = x[g, i0 + r, c : c + 4]
-                a = acc[r]
-                for k in range(cols):
-                    a[k] = (((a[k] + x0 * p0[k]) + x1 * p1[k]) + x2 * p2[k]) + x3 * p3[k]
-            c += 4
-        while c < d:
-            p0 = proj[g, c]
-            for r in range(rows):
-                x0 = x[g, i0 + r, c]
-                a = acc[r]
-                for k in range(cols):
-                    a[k] += x0 * p0[k]
-            c += 1
-        for r in range(rows):
-            for f in range(m):
-                out[g, i0 + r, f] = sign_code(acc[r], f * tau, tau)
-
-
-@njit(inline="always")
-def _hadamard_block(src, diag, y, dp):
-    """y = H (diag * src) for every column of src [dp, FAST_ROWS] (y may be src).
-
-    core.hadamard_inplace's butterflies (spans 1, 2, 4, ...; (a, b) -> (a + b, a - b)),
-    the same float operations on each row, but laid out for speed:
-    - the innermost loop runs over the block's rows, so even spans 1, 2, 4 work on whole
-      contiguous vectors (per row, they do not vectorise);
-    - two spans h, 2h per pass over y (radix 4): each group of four values is loaded once,
-      and the first pass also applies the diagonal.
-    """
-    if dp >= 4:
-        for j in range(0, dp, 4):
-            d0, d1, d2, d3 = diag[j], diag[j + 1], diag[j + 2], diag[j + 3]
-            a, b, c, e = src[j], src[j + 1], src[j + 2], src[j + 3]
-            ya, yb, yc, ye = y[j], y[j + 1], y[j + 2], y[j + 3]
-            for r in range(FAST_ROWS):
-                a0 = a[r] * d0
-                b0 = b[r] * d1
-                c0 = c[r] * d2
-                e0 = e[r] * d3
-                a1, b1, c1, e1 = a0 + b0, a0 - b0, c0 + e0, c0 - e0
-                ya[r], yb[r], yc[r], ye[r] = a1 + c1, b1 + e1, a1 - c1, b1 - e1
-        h = 4
-    else:
-        for j in range(dp):
-            for r in range(FAST_ROWS):
-                y[j, r] = src[j, r] * diag[j]
-        h = 1
-    while 2 * h < dp:
-        for i in range(0, dp, 4 * h):
-            for j in range(i, i + h):
-                ya, yb, yc, ye = y[j], y[j + h], y[j + 2 * h], y[j + 3 * h]
-                for r in range(FAST_ROWS):
-                    a1, b1 = ya[r] + yb[r], ya[r] - yb[r]
-                    c1, e1 = yc[r] + ye[r], yc[r] - ye[r]
-                    ya[r], yb[r], yc[r], ye[r] = a1 + c1, b1 + e1, a1 - c1, b1 - e1
-        h *= 4
-    if h < dp:
-        for j in range(h):
-            ya, yb = y[j], y[j + h]
-            for r in range(FAST_ROWS):
-                ya[r], yb[r] = ya[r] + yb[r], ya[r] - yb[r]
-
-
-@njit(parallel=True, cache=True)
-def _fast_codes(x, diags, tau, out):
-    groups, n, d = x.shape
-    m = out.shape[2]
-    parts, dp = diags.shape[1], diags.shape[3]
-    per_part = dp // tau
-    blocks = (n + FAST_ROWS - 1) // FAST_ROWS
-    for unit in prange(groups * blocks):
-        g = unit // blocks
-        i0 = (unit % blocks) * FAST_ROWS
-        rows = min(FAST_ROWS, n - i0)
-        # The block transposed to [coordinate, row] and zero-padded (missing rows too).
-        xt = np.zeros((dp, FAST_ROWS), np.float32)
-        for r in range(rows):
-            for c in range(d):
-                xt[c, r] = x[g, i0 + r, c]
-        y = np.empty((dp, FAST_ROWS), np.float32)
-        codes = np.empty(FAST_ROWS, np.int32)
-        for p in range(parts):
-            # y = H D3 H D2 H D1 x, as in the reference.
-            _hadamard_block(xt, diags[g, p, 0], y, dp)
-            _hadamard_block(y, diags[g, p, 1], y, dp)
-            _hadamard_block(y, diags[g, p, 2], y, dp)
-            # core.sign_code of every row, vectorised over the rows.
-            for j in range(min(per_part, m - p * per_part)):
-                codes[:] = 0
-                for t in range(tau):
-                    signs = y[j * tau + t]
-                    for r in range(FAST_ROWS):
-                        if signs[r] > 0:
-                            codes[r] |= 1 << t
-                for r in range(rows):
-                    out[g, i0 + r, p * per_part + j] = codes[r]
-
-
-def gaussian_codes(x: np.ndarray, proj: np.ndarray, tau: int, out: np.ndarray) -> None:
-    """Codes out [G, n, m] of x [G, n, d] by projections proj [G, d, m*tau].
-
-    out[g, i, f] = sum_t [x[g, i] . proj[g, :, f*tau + t] > 0] << t, equal to
-    core.gaussian_code (fp32 dot products summed in order over d).
-    """
-    _check(x, np.float32, 3)
-    _check(proj, np.float32, 3)
-    _check(out, np.int32, 3)
-    _require(
-        proj.shape[2] == out.shape[2] * tau and proj.shape[1] == x.shape[2],
-        f"projections {proj.shape} do not fit x {x.shape}, codes {out.shape}, tau {tau}",
-    )
-    _gaussian_codes(x, proj, tau, out)
-
-
-def fast_codes(x: np.ndarray, diags: np.ndarray, tau: int, out: np.ndarray) -> None:
-    """Codes out [G, n, m] of x [G, n, d] by the fast hash, diags [G, P, 3, d_pad] of +-1.
-
-    Transform p: y = H D3 H D2 H D1 x (x zero-padded to d_pad); its code j (index
-    p*(d_pad // tau) + j, kept if < m) packs the signs of y[j*tau : j*tau + tau].
-    Bit-equal to reference.fast_codes.
-    """
-    _check(x, np.float32, 3)
-    _check(diags, np.float32, 4)
-    _check(out, np.int32, 3)
-    dp = diags.shape[3]
-    _require(
-        dp & (dp - 1) == 0 and dp >= max(x.shape[2], tau),
-        f"padded width {dp} is not a power of two >= d {x.shape[2]} and tau {tau}",
-    )
-    _require(
-        diags.shape[1] * (dp // tau) >= out.shape[2],
-        f"{diags.shape[1]} transforms give fewer than the {out.shape[2]} codes asked for",
-    )
-    _fast_codes(x, diags, tau, out)
-
-
-# --- cumulation ----------------------------------------------------------------------
-#
 # A work unit is (group, block of output columns): it owns out[g, :, c0:c1], so units never
 # race, and each worker allocates its buffers once for all its units.
 #
@@ -442,13 +278,13 @@ def cumulation(
 ) -> None:
     """out [G, n_r, dv] = (1/m) sum_f sum_w [read_codes[g, r, f] == write_codes[g, w, f]]
     values[g, w], with codes [G, n, m] in 0 .. 2^tau - 1 and values [G, n_w, dv]."""
-    _check_codes(read_codes, write_codes, tau)
-    _check(values, np.float32, 3)
-    _check(out, np.float32, 3)
+    check_codes(read_codes, write_codes, tau)
+    check(values, np.float32, 3)
+    check(out, np.float32, 3)
     groups, n_w, m = write_codes.shape
-    _require(values.shape[:2] == (groups, n_w), f"values {values.shape} do not match codes")
+    require(values.shape[:2] == (groups, n_w), f"values {values.shape} do not match codes")
     want = (groups, read_codes.shape[1], values.shape[2])
-    _require(out.shape == want, f"out is {out.shape}, expected {want}")
+    require(out.shape == want, f"out is {out.shape}, expected {want}")
     if 1 << tau > SPARSE_BUCKETS * n_w:
         # Sparse tables (large tau, few rows): most buckets are empty and touching fresh
         # table pages would dominate, so sort by code instead; weights of 1 are exact.
@@ -477,21 +313,21 @@ def weighted_cumulation(
     code; each bucket is then a small dense product: its table sum_w weights[w]^T vectors[w]
     (A x D floats, in L1) is built from its write rows and applied to its read rows.
     """
-    _check_codes(read_codes, write_codes, tau)
+    check_codes(read_codes, write_codes, tau)
     for array in (weights, vectors, read_weights, out):
-        _check(array, np.float32, 3)
+        check(array, np.float32, 3)
     groups, n_w, m = write_codes.shape
     n_r, n_a = read_codes.shape[1], weights.shape[2]
-    _require(
+    require(
         weights.shape[:2] == vectors.shape[:2] == (groups, n_w),
         f"weights {weights.shape} and vectors {vectors.shape} do not match the write codes",
     )
-    _require(
+    require(
         read_weights.shape == (groups, n_r, n_a),
         f"read_weights {read_weights.shape} do not match the read codes and weights",
     )
     want = (groups, n_r, vectors.shape[2])
-    _require(out.shape == want, f"out is {out.shape}, expected {want}")
+    require(out.shape == want, f"out is {out.shape}, expected {want}")
     width, workers = _column_blocks(groups, vectors.shape[2])
     span = max(1, min(n_a, BUCKET_FLOATS // width))
     _weighted_cumulation(
@@ -510,29 +346,3 @@ def _column_blocks(groups: int, dv: int) -> tuple[int, int]:
     width = -(-dv // blocks)
     units = groups * -(-dv // width)
     return width, min(threads, units)
-
-
-def _require(condition: bool, message: str) -> None:
-    """A kernel precondition: an explicit check, so it holds under `python -O` too (the
-    compiled loops read out of bounds instead of failing when it is broken)."""
-    if not condition:
-        raise ValueError(message)
-
-
-def _check(array: np.ndarray, dtype, ndim: int) -> None:
-    _require(
-        array.dtype == dtype and array.ndim == ndim and array.flags.c_contiguous,
-        f"expected a C-contiguous {np.dtype(dtype)} array of rank {ndim}, got "
-        f"{array.dtype} {array.shape}",
-    )
-
-
-def _check_codes(read_codes: np.ndarray, write_codes: np.ndarray, tau: int) -> None:
-    _check(read_codes, np.int32, 3)
-    _check(write_codes, np.int32, 3)
-    _require(1 <= tau <= 30, f"tau must be in 1..30, got {tau}")
-    g, _, m = write_codes.shape
-    _require(
-        read_codes.shape[0] == g and read_codes.shape[2] == m,
-        f"read codes {read_codes.shape} and write codes {write_codes.shape} do not match",
-    )
