@@ -113,6 +113,34 @@ def test_rows_carry_the_batch_and_per_instance_values_are_per_batch_element(monk
     assert by["step_ms"].count == 1 and len(by["step_ms"].samples) == 1
 
 
+@pytest.mark.parametrize(("max_batch", "chosen"), [(4, 3), (3, 3)])
+def test_the_reported_peak_is_the_searchs_measurement_and_within_the_budget(
+    monkeypatch, max_batch, chosen
+):
+    """A step measured again at the chosen batch may peak higher than the search saw; the
+    row keeps the measurement that admitted the batch, so it never exceeds the budget."""
+    calls = []
+
+    def noisy_step_bytes(_, batch):
+        first = batch not in calls
+        calls.append(batch)
+        return (batch + 1) * 2**20 if first else 6 * 2**20, "fake"
+
+    monkeypatch.setattr(study, "step_bytes", noisy_step_bytes)
+    budget = 4.5 * 2**20  # batch 3 peaks at 4 MiB, batch 4 at 5 MiB
+    rows = [
+        r for rs in runner.run(spec(memory_budget=int(budget), max_batch=max_batch)) for r in rs
+    ]
+    by = {r.metric: r for r in rows}
+    assert by["batch"].value == chosen and by["batch"].status == "ok"
+    assert by["peak_mib"].value * 2**20 <= budget
+    assert by["peak_mib"].value == pytest.approx(chosen + 1)  # the search's, not a re-run's
+    assert by["peak_mib_per_instance"].value == pytest.approx((chosen + 1) / chosen)
+    assert by["peak_mib"].method == "fake"
+    capped = "batch capped at --max-batch 3" if max_batch == chosen else ""
+    assert all(by[m].reason == capped for m in study.METRICS)
+
+
 def test_a_real_step_is_measured_and_batch_one_too_big_is_an_oom_row():
     rows = [r for rs in runner.run(spec(memory_budget=1000)) for r in rs]
     assert len(rows) == 1 and rows[0].status == "oom"

@@ -14,11 +14,14 @@ the last batch that fitted and the first that did not finds the largest exactly 
 optimizer state, inputs, and the step's own peak) is within the budget and no out-of-memory
 is raised; an out-of-memory is caught and counts as not fitting. At that batch, `warmup`
 steps and then `steps` timed steps; the paper's per-instance figures are the mean step time
-divided by the batch and the step's total peak memory divided by the batch.
+divided by the batch and the step's total peak memory divided by the batch. The peak
+reported is the one the search measured at the chosen batch, the measurement that admitted
+it, not a second one: a step's peak varies between runs, and a new measurement could
+contradict "the largest batch that fits".
 
 Invariants: a row's `time_per_instance_ms` is its `step_ms` / batch and its
-`peak_mib_per_instance` is its `peak_mib` / batch; backends without a backward pass are
-skipped with that reason (the case's mode is "train").
+`peak_mib_per_instance` is its `peak_mib` / batch; `peak_mib` is within the memory budget;
+backends without a backward pass are skipped with that reason (the case's mode is "train").
 """
 
 from __future__ import annotations
@@ -293,7 +296,8 @@ def measure(
     case: Case, inputs: CaseInputs, report: Callable[[str], None] | None = None
 ) -> list[Row]:
     """The largest batch within the budget, then the mean of `steps` timed training steps
-    after `warmup` untimed ones; per-instance time and memory are per batch element."""
+    after `warmup` untimed ones; the peak is the search's at that batch, so never above the
+    budget. Per-instance time and memory are per batch element."""
     report = report or (lambda _: None)
     settings = case.settings
     release_memory(case.device)  # the earlier cases' cached blocks count as free
@@ -312,10 +316,10 @@ def measure(
     for _ in range(settings["warmup"]):
         trainer.step(ids, targets)
     samples = [_timed_step(trainer, ids, targets) for _ in range(settings["steps"])]
-    total, method = step_bytes(trainer, batch)
     trainer.release()
+    total = fit.measured[batch]  # what admitted the batch: within the budget by construction
     note = f"batch capped at --max-batch {batch}" if batch == settings["max_batch"] else ""
-    return model_rows(case, batch, samples, total, method, budget, note)
+    return model_rows(case, batch, samples, total, fit.method, budget, note)
 
 
 def model_rows(
