@@ -93,6 +93,9 @@ BAD = [
     _case("error-mc-seeds-huge", _error("--mc-seeds", HUGE), "--mc-seeds:"),
     _case("error-hashes-above-int64", _error("--hashes", HUGE), "--hashes:"),
     _case("yoso-seed-above-int64", _time("--backends", f"yoso:seed={HUGE}"), "bad seed"),
+    _case("yoso-backward-unknown", _time("--backends", "yoso:backward=fast"), "bad backward"),
+    _case("yoso-bound-zero", _time("--backends", "yoso-32:backward=star,bound=0"), "bad bound"),
+    _case("yoso-bound-negative", _time("--backends", "yoso:bound=-4"), "bad bound"),
     _case("scram-iterations-huge", _time("--backends", "scram:T=99999999"), "bad T"),
     _case("scram-separation-above-int64", _error("--backends", f"scram:L={HUGE}"), "bad L"),
     # and in `maps`

@@ -20,6 +20,9 @@ SPECS = [
     "yoso:m=8,tau=4,hash=fast",
     "yoso:m=8,tau=auto,hash=auto,impl=torch",
     "yoso:m=6,tau=5,hash=fast,backward=dense",
+    "yoso:m=6,tau=5,hash=fast,backward=lsh",
+    "yoso:m=6,tau=5,backward=pairs",
+    "yoso:m=6,tau=5,backward=star,bound=3",
     "yoso:m=6,tau=5,hash=gaussian,backward=expected,resample=fixed",
     "yoso-c:m=8,tau=4,conv=5",
     "yoso-c:m=8,tau=4,conv=33,hash=fast,impl=torch,backward=dense",
@@ -50,7 +53,8 @@ def test_costs_cover_exactly_the_stages_of_each_mode(spec, device):
 
 
 def test_backward_stages_follow_the_backward_kind():
-    """backward=lsh marks dV, dQ and dK; dense and expected one dense n x n backward."""
+    """The linear backwards mark dV, dQ and dK; dense and expected one dense n x n
+    backward."""
     assert get_backend("yoso").stages_in("bwd") == (
         "backward",
         "backward_dv",
@@ -118,6 +122,8 @@ TRACED = [
     ("yoso:m=8,tau=3,hash=fast", "fwdbwd"),
     ("yoso:m=8,tau=3,hash=fast,impl=torch", "fwdbwd"),
     ("yoso:m=8,tau=3,backward=dense", "fwdbwd"),
+    ("yoso:m=8,tau=3,backward=star", "fwdbwd"),
+    ("yoso:m=8,tau=3,backward=lsh", "fwdbwd"),
     ("yoso-c:m=8,tau=3,conv=5", "fwdbwd"),
     ("yoso-e:tau=3", "fwd"),
     ("yoso-e:tau=3", "fwdbwd"),

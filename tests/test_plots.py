@@ -156,7 +156,7 @@ def test_study_without_plottable_metric(tmp_path):
 def test_legend_uses_the_registry_short_label():
     from attnbench.views.labels import short_labels
 
-    spec = "yoso:m=32,tau=8,seed=0,hash=auto,resample=call,impl=numba,backward=lsh"
+    spec = "yoso:m=32,tau=8,seed=0,hash=auto,resample=call,impl=numba,backward=proj,bound=256"
     labels, _ = short_labels([spec, "sdpa", "not-a-backend:x=1"])
     assert labels == {spec: "yoso-32", "sdpa": "sdpa", "not-a-backend:x=1": "not-a-backend:x=1"}
 

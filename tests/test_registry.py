@@ -10,7 +10,7 @@ def test_builtin_backends_are_listed():
     assert {"softmax", "sdpa", "yoso", "yoso-e"} <= set(backend_classes())
 
 
-YOSO_DEFAULTS = ",hash=auto,resample=call,impl=numba,backward=lsh"
+YOSO_DEFAULTS = ",hash=auto,resample=call,impl=numba,backward=proj,bound=256"
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_parse_backends_keeps_parameter_commas():
     specs = [b.spec for b in parse_backends("softmax,yoso:m=16,tau=4,sdpa,yoso-e:tau=6")]
     assert specs == [
         "softmax",
-        "yoso:m=16,tau=4,seed=0,hash=auto,resample=call,impl=numba,backward=lsh",
+        "yoso:m=16,tau=4,seed=0,hash=auto,resample=call,impl=numba,backward=proj,bound=256",
         "sdpa",
         "yoso-e:tau=6,backward=lower",
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -32,7 +33,14 @@ from attnbench.backends.registry import (
 )
 from attnbench.backends.resampling import Resampling, resample_param
 from attnbench.kernels.lsh import dispatch, reference
-from attnbench.kernels.lsh.autograd import BACKWARDS, DENSE_STAGE, LSH_STAGES, LSHCumulation
+from attnbench.kernels.lsh.autograd import (
+    BACKWARDS,
+    DENSE_STAGE,
+    LINEAR,
+    LSH_STAGES,
+    Gradient,
+    LSHCumulation,
+)
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
 from attnbench.kernels.target import device_target
 from attnbench.measure import is_cuda
@@ -45,6 +53,11 @@ IMPLS = ("numba", "torch")
 # (1 - theta/pi)^tau by an amount that shrinks as d grows (docs/perf-log.md, 2026-11-24).
 FAST_MIN_DIM = 64
 FLOAT = 4  # bytes of the fp32 that hashing and the cumulations compute in
+# Default of `bound`: far above the mean bucket at the default tau (n / 2^8 rows at n = 64k),
+# so it only thins the buckets of clustered inputs.
+BOUND = 256
+# Stream of the backward's sign vectors: apart from the hash draws of the same seed.
+SIGN_STREAM = 1
 
 
 def hash_kind(kind: str, d: int) -> str:
@@ -70,7 +83,15 @@ class YOSO(Resampling, Backend):
         ),
         "resample": resample_param("hash draws"),
         "impl": choice_param("numba", IMPLS, "numba kernels or the torch reference"),
-        "backward": choice_param("lsh", BACKWARDS, "lsh (linear), dense or expected (n^2)"),
+        "backward": choice_param(
+            "proj",
+            BACKWARDS,
+            "proj (eq. 4, random projections), pairs (eq. 4) or star (*YOSO, eq. 3) over "
+            "colliding pairs, lsh (eq. 4, O(n m d^2)); dense or expected (n^2)",
+        ),
+        "bound": int_param(
+            BOUND, 1, 2**31 - 1, "most bucket rows a row visits per hash (pairs, star)"
+        ),
     }
     shorthand = "m"
     complexity = "O(n m tau log d + n m d) time, O(chunk 2^tau d) tables"
@@ -82,7 +103,7 @@ class YOSO(Resampling, Backend):
 
     def __init__(self, **values):
         super().__init__(**values)
-        if self.values["backward"] != "lsh":
+        if self.values["backward"] not in LINEAR:
             self.backward_stages = ("backward", DENSE_STAGE)
 
     def impl(self, device: str) -> str:
@@ -112,6 +133,25 @@ class YOSO(Resampling, Backend):
             call,
             lambda seed: draw(groups, d, m, tau, seed).to(device),
         )
+
+    def signs(self, groups: int, d_v: int, device, call: int) -> torch.Tensor:
+        """backward=proj's +-1 sign vectors [G, d_v, m] of draw `call`, drawn on `device`
+        (no host copy on a GPU) from a stream apart from the hash draws: the same seed and
+        calls give the same signs on one device."""
+        m = self.values["m"]
+
+        def draw(seed: int) -> torch.Tensor:
+            state = np.random.SeedSequence([seed, SIGN_STREAM]).generate_state(1, np.uint32)
+            gen = torch.Generator(device=device).manual_seed(int(state[0]))
+            bits = torch.randint(0, 2, (groups, d_v, m), generator=gen, device=device)
+            return (2 * bits - 1).to(torch.float32)
+
+        return self._drawn(("signs", groups, d_v, str(device)), call, draw)
+
+    def gradient(self, groups: int, d_v: int, device, call: int) -> Gradient:
+        """How this call's backward runs; signs are drawn only if a backward asks."""
+        v = self.values
+        return Gradient(v["backward"], v["bound"], lambda: self.signs(groups, d_v, device, call))
 
     def hash(self, x: torch.Tensor, tau: int, call: int = 0) -> torch.Tensor:
         """int32 codes [G, n, m] of unit rows x [G, n, d] under draw `call`."""
@@ -150,9 +190,10 @@ class YOSO(Resampling, Backend):
         else:
             ops = reference
         with self.stage("cumulation"):
-            y = LSHCumulation.apply(
-                qn, kn, vf, q_codes, k_codes, tau, ops, self.values["backward"], self.stage
-            ).view(b, h, n_q, d_v)
+            how = self.gradient(b * h, d_v, vf.device, call)
+            y = LSHCumulation.apply(qn, kn, vf, q_codes, k_codes, tau, ops, how, self.stage).view(
+                b, h, n_q, d_v
+            )
         with self.stage("output_normalise"):
             if torch.is_grad_enabled() and y.requires_grad:
                 out = F.normalize(y, dim=-1)
@@ -186,8 +227,10 @@ class YOSO(Resampling, Backend):
           2 G n P 3 (p log2 p + p). Both: 2 per code bit (compare, pack) 2 * 2 G n m tau,
           and with resample=call one per drawn number. Bytes: rows in, codes out
           4 * 2 G n (d + m), the draws read (and written when drawn).
-        cumulation, backward_dv: `_cumulation`. backward_dq, backward_dk: `_cumulation`
-          weighted by d_v columns of vectors of width d, then the tau/2 scale.
+        cumulation, backward_dv: `_cumulation`. backward_dq, backward_dk: lsh: `_cumulation`
+          weighted by d_v columns of vectors of width d, then the tau/2 scale; proj: a
+          scaled `_cumulation` of width d, and in backward_dq the sign projections dY S
+          and V S, matmul 2 * 2 G n d_v m; pairs, star: `_pairs`.
         output_normalise: 3 G n d_v; bytes 8 G n d_v (+ (4 + w) G n d_v for the cast).
         backward_dense (dense|expected): matmul 4 G n^2 (d + d_v) (+ 2 G n^2 d for the
           cosines of expected); other G n^2 (2m + 3) (dense: m compares and adds, 1/m,
@@ -215,11 +258,23 @@ class YOSO(Resampling, Backend):
         if shape.backward:
             rows = g * n * (2 * d + dv)
             costs["backward"] = Cost(other_flops=7.0 * rows, bytes=3.0 * FLOAT * rows)
-            if v["backward"] == "lsh":
+            kind = v["backward"]
+            if kind in LINEAR:
                 dv_stage, dq_stage, dk_stage = LSH_STAGES
                 costs[dv_stage] = self._cumulation(shape, tau, dv)
-                weighted = self._cumulation(shape, tau, d, weights=dv)
-                costs[dq_stage] = costs[dk_stage] = weighted
+                if kind == "lsh":
+                    weighted = self._cumulation(shape, tau, d, weights=dv)
+                    costs[dq_stage] = costs[dk_stage] = weighted
+                elif kind == "proj":
+                    scaled = self._cumulation(shape, tau, d, scaled=True)
+                    m = v["m"]
+                    signs = Cost(
+                        matmul_flops=2 * matmul(g, n, dv, m),
+                        bytes=FLOAT * (2.0 * g * n * dv + g * dv * m + 2.0 * g * n * m),
+                    )
+                    costs[dq_stage], costs[dk_stage] = signs + scaled, scaled
+                else:
+                    costs[dq_stage] = costs[dk_stage] = self._pairs(shape, tau)
             else:
                 costs[DENSE_STAGE] = self._dense_backward(shape)
         return costs
@@ -240,17 +295,43 @@ class YOSO(Resampling, Backend):
             bytes=FLOAT * (2.0 * g * n * (d + m) + drawn * (2 if fresh else 1)),
         )
 
-    def _cumulation(self, shape: Shape, tau: int, width: int, weights: int = 0) -> Cost:
+    def _pairs(self, shape: Shape, tau: int) -> Cost:
+        """One side (dQ or dK) of backward=pairs|star. Collisions depend on the data; this
+        assumes codes spread evenly over the 2^tau buckets (random inputs: n / 2^tau rows a
+        bucket, at most `bound`), so clustered inputs cost more than it says. Per visited
+        pair: <a_r, a_w> 2 d_v, the axpy 2 d, 3 for the weight (star: the cosine 2 d and 12
+        for clamp, arccos, sqrt and the ratio); bytes: the write rows' unit and a vectors
+        4 (d + d_v) and their index 4. The sort of each hash's codes: G m n log2 n compares,
+        codes and order 16 G m n bytes; rows read and written 4 G n (2 d + 2 d_v)."""
+        g, n, d, dv, m = shape.planes, shape.n, shape.dim, shape.dv, self.values["m"]
+        per_bucket = min(float(self.values["bound"]), n / (1 << tau))
+        visits = g * n * m * per_bucket
+        star = self.values["backward"] == "star"
+        per_pair = 2 * dv + 2 * d + 3 + ((2 * d + 12) if star else 0)
+        sort = g * m * n * max(1.0, math.log2(n))
+        return Cost(
+            other_flops=visits * per_pair + sort,
+            bytes=visits * FLOAT * (d + dv + 1)
+            + 16.0 * g * m * n
+            + FLOAT * g * n * (2 * d + 2 * dv),
+            working_set=FLOAT * g * n * (d + dv),
+        )
+
+    def _cumulation(
+        self, shape: Shape, tau: int, width: int, weights: int = 0, scaled: bool = False
+    ) -> Cost:
         """One cumulation of `width` columns through 2^tau-bucket tables, m hashes, n write
         and n read rows: 2 G n m width adds (scatter, gather) and the 1/m scale G n width.
         Weighted (`weights` = A columns, the dQ/dK form): factorised over the A columns, so
         A cumulations, plus G n A width products weights x vectors, 2 G n A width to apply
-        the read weights, and 2 G n width for 1/m and tau/2.
+        the read weights, and 2 G n width for 1/m and tau/2. Scaled (backward=proj): a
+        product per row, hash and column on each side, 4 G n m width, and 1/m and tau/2.
 
-        Bytes: the codes 8 G n m, inputs and output 4 G n (2 width [+ 2 A]), and the tables'
-        traffic 4 (A or 1) G m width 3n (each scatter a read-modify-write, each gather a
-        read), plus their zeroing 4 (A or 1) G m 2^tau width where the tables are zeroed per
-        hash (impl=torch, CUDA; the numba CPU kernel stamps buckets instead). Working set:
+        Bytes: the codes 8 G n m (scaled: and the scales, 8 G n m more), inputs and output
+        4 G n (2 width [+ 2 A]), and the tables' traffic 4 (A or 1) G m width 3n (each
+        scatter a read-modify-write, each gather a read), plus their zeroing 4 (A or 1) G m
+        2^tau width where the tables are zeroed per hash (impl=torch, CUDA; the numba CPU
+        kernel stamps buckets instead). Working set:
         the tables (or sort buffers) the implementation keeps at once, `dispatch.
         resident_bytes`, or for impl=torch its chunk of tables and rows."""
         g, n, m = shape.planes, shape.n, self.values["m"]
@@ -260,6 +341,8 @@ class YOSO(Resampling, Backend):
         adds = passes * 2.0 * g * n * m * width
         if weights:
             other = adds + 3.0 * g * n * weights * width + 2.0 * g * n * width
+        elif scaled:  # a product per row, hash and column on each side, then 1/m and tau/2
+            other = 2 * adds + 2.0 * g * n * width
         else:
             other = adds + 1.0 * g * n * width
         zeroed = torch_impl or target != "cpu"
@@ -271,7 +354,10 @@ class YOSO(Resampling, Backend):
             resident = dispatch.resident_bytes(target, g, n, m, tau, width, bool(weights))
         return Cost(
             other_flops=other,
-            bytes=FLOAT * (2.0 * g * n * m + g * n * (2 * width + 2 * weights) + traffic),
+            bytes=FLOAT
+            * (
+                2.0 * g * n * m * (2 if scaled else 1) + g * n * (2 * width + 2 * weights) + traffic
+            ),
             working_set=float(resident),
         )
 

@@ -1,16 +1,25 @@
 """YOSO's LSH cumulation as a trainable torch op (YOSO seed, Sec. 3.3).
 
 Forward: Y = C V with C_ij the fraction of the m hashes where q_i and k_j collide.
-Backward uses the paper's lower bound of the collision probability's derivative,
+Backward: dV = C^T dY (the cumulation with queries and keys swapped) always. dQ and dK
+use the paper's lower bound of the collision probability's derivative,
 (tau/2) (1 - theta/pi)^tau, estimated by the same collisions (eq. 4):
-    dV = C^T dY,
     dQ_i = tau/2 sum_j C_ij <dY_i, V_j> K_j,
-    dK_j = tau/2 sum_i C_ij <dY_i, V_j> Q_i.
-"lsh" computes these in linear cost (dV by the cumulation with queries and keys swapped,
-dQ and dK by cumulations factorised over the value columns); "dense" builds C as an
-n x n matrix from the same codes (O(n^2), for checking); "expected" uses the exact
-expectation E = (1 - theta/pi)^tau instead of C (O(n^2)). Autograd handles the
-normalisations of Q, K and the output around this op.
+    dK_j = tau/2 sum_i C_ij <dY_i, V_j> Q_i,
+computed by one of:
+- "proj": <dY_i, V_j> estimated by (s_f . dY_i)(s_f . V_j) with a random sign vector s_f
+  per hash (E[s s^T] = I), so each of dQ, dK is one cumulation of width d weighted per row
+  and hash: O(n m (d + d_v)). Unbiased for eq. (4), noisier than the others.
+- "pairs": eq. (4) exactly, over each hash's colliding pairs: O(d) per pair.
+- "lsh": eq. (4) exactly, factorised over the value columns: O(n m d_v d). The reference.
+- "star" (*YOSO): eq. (3), the exact derivative, over colliding pairs: each collision is
+  weighted by core.star_ratio, dE/dx over the collision probability E, so the expectation
+  is eq. (3) with the cosine clamped to +-core.STAR_CLIP.
+- "dense": eq. (4) with C built as an n x n matrix from the same codes (O(n^2), a check);
+  "expected": eq. (4) with E = (1 - theta/pi)^tau instead of C (O(n^2)).
+"pairs" and "star" visit at most `bound` write rows of a bucket per read row and hash;
+larger buckets are subsampled with a stride and reweighted (core.bound_stride).
+Autograd handles the normalisations of Q, K and the output around this op.
 
 The caller may pass `stage(name)`, a context manager factory, to mark the backward's parts
 in profiler traces: LSH_STAGES for "lsh", DENSE_STAGE otherwise. The names are this op's
@@ -21,13 +30,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from attnbench.kernels.lsh import reference
 
-BACKWARDS = ("lsh", "dense", "expected")
-# The backward's marked parts: dV, dQ, dK of the linear estimator, in the order they run...
+BACKWARDS = ("proj", "pairs", "star", "lsh", "dense", "expected")
+LINEAR = ("proj", "pairs", "star", "lsh")  # the backwards that never build an n x n matrix
+PAIR_WEIGHTS = {"pairs": "lower", "star": "exact"}
+# The backward's marked parts: dV, dQ, dK of the linear estimators, in the order they run...
 LSH_STAGES = ("backward_dv", "backward_dq", "backward_dk")
 # ... or the one dense n x n computation of all three.
 DENSE_STAGE = "backward_dense"
@@ -38,37 +51,87 @@ def no_stage(name: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class Gradient:
+    """How the backward runs: `kind` (module docstring), the pair kernels' `bound`, and for
+    "proj" `signs()`, the +-1 float sign vectors [G, d_v, m] (one per group and hash)."""
+
+    kind: str = "lsh"
+    bound: int = 256
+    signs: Callable[[], torch.Tensor] | None = None
+
+
 class LSHCumulation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, q_codes, k_codes, tau, ops, backward, stage=no_stage):
         """q, k unit rows [G, n, d]; v [G, n, d_v]; codes int32 [G, n, m]; ops: the kernels;
-        stage: the backward's marker (module docstring)."""
+        backward: a Gradient or its kind; stage: the backward's marker (module docstring)."""
         ctx.save_for_backward(q, k, v, q_codes, k_codes)
+        if isinstance(backward, str):
+            backward = Gradient(backward)
         ctx.tau, ctx.ops, ctx.backward, ctx.stage = tau, ops, backward, stage
         return ops.cumulation(q_codes, k_codes, v, tau)
 
     @staticmethod
     def backward(ctx, dy):
         q, k, v, q_codes, k_codes = ctx.saved_tensors
-        tau, ops, stage = ctx.tau, ctx.ops, ctx.stage
+        tau, ops, stage, how = ctx.tau, ctx.ops, ctx.stage, ctx.backward
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         dy = dy.contiguous()
-        if ctx.backward == "lsh":
+        if how.kind in LINEAR:
             dq = dk = dv = None
             if need_v:
                 with stage(LSH_STAGES[0]):
                     dv = ops.cumulation(k_codes, q_codes, dy, tau)
-            if need_q:
-                with stage(LSH_STAGES[1]):
-                    dq = (tau / 2) * ops.weighted_cumulation(q_codes, k_codes, v, k, dy, tau)
-            if need_k:
-                with stage(LSH_STAGES[2]):
-                    dk = (tau / 2) * ops.weighted_cumulation(k_codes, q_codes, dy, q, v, tau)
+            if need_q or need_k:
+                grad = _LINEAR_GRADIENTS[how.kind]
+                dq, dk = grad(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k)
         else:
             with stage(DENSE_STAGE):
-                dq, dk, dv = dense_backward(q, k, v, q_codes, k_codes, dy, tau, ctx.backward)
+                dq, dk, dv = dense_backward(q, k, v, q_codes, k_codes, dy, tau, how.kind)
         # no gradient for the codes, tau, ops, the backward's kind or the marker
         return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
+
+
+def _lsh(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
+    """dQ, dK of eq. (4), factorised over the value columns."""
+    dq = dk = None
+    if need_q:
+        with stage(LSH_STAGES[1]):
+            dq = (tau / 2) * ops.weighted_cumulation(q_codes, k_codes, v, k, dy, tau)
+    if need_k:
+        with stage(LSH_STAGES[2]):
+            dk = (tau / 2) * ops.weighted_cumulation(k_codes, q_codes, dy, q, v, tau)
+    return dq, dk
+
+
+def _proj(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
+    """dQ, dK of eq. (4) with <dY_i, V_j> estimated per hash by random sign projections."""
+    dq = dk = None
+    with stage(LSH_STAGES[1]):
+        signs = how.signs().to(dy.device, dy.dtype)
+        a, b = dy @ signs, v @ signs  # [G, n, m]: s_f . dY_i and s_f . V_j
+        if need_q:
+            dq = (tau / 2) * ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
+    if need_k:
+        with stage(LSH_STAGES[2]):
+            dk = (tau / 2) * ops.scaled_cumulation(k_codes, q_codes, q, a, b, tau)
+    return dq, dk
+
+
+def _pairs(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
+    """dQ, dK over colliding pairs: eq. (4) ("pairs") or eq. (3) ("star")."""
+    weight, dq, dk = PAIR_WEIGHTS[how.kind], None, None
+    if need_q:
+        with stage(LSH_STAGES[1]):
+            dq = ops.pair_cumulation(q_codes, k_codes, q, k, dy, v, tau, weight, how.bound)
+    if need_k:
+        with stage(LSH_STAGES[2]):
+            dk = ops.pair_cumulation(k_codes, q_codes, k, q, v, dy, tau, weight, how.bound)
+    return dq, dk
+
+
+_LINEAR_GRADIENTS = {"lsh": _lsh, "proj": _proj, "pairs": _pairs, "star": _pairs}
 
 
 def dense_backward(q, k, v, q_codes, k_codes, dy, tau: int, kind: str = "dense"):

@@ -9,6 +9,8 @@ rounding of zero may differ there.
 
 from __future__ import annotations
 
+import math
+
 from numba import float32, njit
 
 # Longest fast-hash transform a CUDA thread keeps in its local buffer (d <= 1024).
@@ -75,3 +77,32 @@ def bucket_sum(table, read_codes, g, r, col, start, count):
     for h in range(count):
         acc += table[g, h, read_codes[g, r, start + h], col]
     return acc
+
+
+# *YOSO's cosine clamp: the true derivative of the collision probability grows like
+# 1 / sqrt(1 - x^2) near x = +-1, so a near-identical query and key would dominate the
+# gradient; clamped, the weight `star_ratio` stays below about 7.1 tau.
+STAR_CLIP = 0.999
+
+
+@njit(inline="always")
+def star_ratio(x, tau):
+    """dE/dx / E for E = (1 - arccos(x)/pi)^tau, x clamped to [-STAR_CLIP, STAR_CLIP]:
+    tau / ((pi - theta) sqrt(1 - x^2)). Weighting a collision (probability E) by it gives
+    eq. (3)'s derivative dE/dx in expectation."""
+    x = min(max(x, -STAR_CLIP), STAR_CLIP)
+    return tau / ((math.pi - math.acos(x)) * math.sqrt(1.0 - x * x))
+
+
+@njit(inline="always")
+def bound_stride(size, bound, r, f):
+    """How read row r samples a bucket of `size` write rows in hash f under `bound`:
+    (offset, stride, scale). Within the bound every row counts once (0, 1, 1); above it,
+    every stride-th row from a row-and-hash-dependent offset, scaled by size / taken, so
+    the bucket's total weight is kept."""
+    if size <= bound:
+        return 0, 1, float32(1.0)
+    stride = (size + bound - 1) // bound
+    offset = (r + f) % stride
+    taken = (size - offset + stride - 1) // stride
+    return offset, stride, float32(size) / float32(taken)

@@ -18,7 +18,7 @@ import numpy as np
 from numba import float32, njit, prange, uint64
 
 from attnbench.kernels.lsh.checks import check, check_codes, require
-from attnbench.kernels.lsh.core import hash_chunk
+from attnbench.kernels.lsh.core import bound_stride, hash_chunk, star_ratio
 from attnbench.kernels.lsh.cpu_hash import fast_codes, gaussian_codes
 
 # Widest block of value columns one cumulation work unit owns.
@@ -31,7 +31,14 @@ SPARSE_BUCKETS = 4
 # Bits per pass of the radix sort of codes.
 RADIX_BITS = 10
 
-__all__ = ["cumulation", "fast_codes", "gaussian_codes", "weighted_cumulation"]
+__all__ = [
+    "cumulation",
+    "fast_codes",
+    "gaussian_codes",
+    "pair_cumulation",
+    "scaled_cumulation",
+    "weighted_cumulation",
+]
 
 # A work unit is (group, block of output columns): it owns out[g, :, c0:c1], so units never
 # race, and each worker allocates its buffers once for all its units.
@@ -53,8 +60,39 @@ def _bucket(h, code, buckets, size):
     return (uint64(h) * uint64(buckets) + uint64(code)) * uint64(size)
 
 
+@njit(inline="always")
+def _into(dst, at, row, cols, s, scaled, fresh):
+    """dst[at : at + cols] = (fresh) or += (not fresh) s * row; the product only when scaled
+    (unscaled cumulations add the rows themselves)."""
+    if scaled:
+        if fresh:
+            for k in range(cols):
+                dst[at + k] = s * row[k]
+        else:
+            for k in range(cols):
+                dst[at + k] += s * row[k]
+    elif fresh:
+        for k in range(cols):
+            dst[at + k] = row[k]
+    else:
+        for k in range(cols):
+            dst[at + k] += row[k]
+
+
 @njit(parallel=True, cache=True)
-def _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out):
+def _cumulation(
+    read_codes,
+    write_codes,
+    values,
+    write_scale,
+    read_scale,
+    scaled,
+    tau,
+    width,
+    chunk,
+    workers,
+    out,
+):
     groups, n_w, m = write_codes.shape
     n_r = read_codes.shape[1]
     dv = values.shape[2]
@@ -63,6 +101,7 @@ def _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out
     top = (1 << tau) - 1
     buckets = top + 2  # bucket top + 1 stays zero
     scale = float32(1.0) / float32(m)
+    one = float32(1.0)
     for worker in prange(workers):
         tables = np.empty(chunk * buckets * width, np.float32)
         stamps = np.zeros(chunk * buckets, np.int32)
@@ -84,14 +123,10 @@ def _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out
                     codes = write_codes[g, w, f0 : f0 + hashes]
                     for h in range(hashes):
                         b = _bucket(h, codes[h] & top, buckets, 1)
-                        at = b * uint64(width)
-                        if stamps[b] == epoch:
-                            for k in range(cols):
-                                tables[at + k] += row[k]
-                        else:
-                            stamps[b] = epoch
-                            for k in range(cols):
-                                tables[at + k] = row[k]
+                        s = write_scale[g, w, f0 + h] if scaled else one
+                        fresh = stamps[b] != epoch
+                        stamps[b] = epoch
+                        _into(tables, b * uint64(width), row, cols, s, scaled, fresh)
                 for r in range(n_r):
                     row = out[g, r, c0 : c0 + cols]
                     codes = read_codes[g, r, f0 : f0 + hashes]
@@ -99,9 +134,9 @@ def _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out
                         code = codes[h] & top
                         if stamps[_bucket(h, code, buckets, 1)] != epoch:
                             code = top + 1
+                        s = read_scale[g, r, f0 + h] if scaled else one
                         at = _bucket(h, code, buckets, width)
-                        for k in range(cols):
-                            row[k] += tables[at + k]
+                        _into(row, uint64(0), tables[at : at + cols], cols, s, scaled, False)
             for r in range(n_r):
                 row = out[g, r, c0 : c0 + cols]
                 for k in range(cols):
@@ -278,23 +313,88 @@ def cumulation(
 ) -> None:
     """out [G, n_r, dv] = (1/m) sum_f sum_w [read_codes[g, r, f] == write_codes[g, w, f]]
     values[g, w], with codes [G, n, m] in 0 .. 2^tau - 1 and values [G, n_w, dv]."""
-    check_codes(read_codes, write_codes, tau)
-    check(values, np.float32, 3)
-    check(out, np.float32, 3)
+    _check_cumulation(read_codes, write_codes, values, out, tau)
     groups, n_w, m = write_codes.shape
-    require(values.shape[:2] == (groups, n_w), f"values {values.shape} do not match codes")
-    want = (groups, read_codes.shape[1], values.shape[2])
-    require(out.shape == want, f"out is {out.shape}, expected {want}")
-    if 1 << tau > SPARSE_BUCKETS * n_w:
+    if _sparse(tau, n_w):
         # Sparse tables (large tau, few rows): most buckets are empty and touching fresh
         # table pages would dominate, so sort by code instead; weights of 1 are exact.
         ones_w = np.ones((groups, n_w, 1), np.float32)
         ones_r = np.ones((groups, read_codes.shape[1], 1), np.float32)
         weighted_cumulation(read_codes, write_codes, ones_w, values, ones_r, tau, out)
         return
-    width, workers = _column_blocks(groups, values.shape[2])
-    chunk = hash_chunk(m, tau, width)
-    _cumulation(read_codes, write_codes, values, tau, width, chunk, workers, out)
+    unscaled = np.empty((1, 1, 1), np.float32)
+    _tables(read_codes, write_codes, values, unscaled, unscaled, False, tau, out)
+
+
+def scaled_cumulation(
+    read_codes: np.ndarray,
+    write_codes: np.ndarray,
+    values: np.ndarray,
+    write_scale: np.ndarray,
+    read_scale: np.ndarray,
+    tau: int,
+    out: np.ndarray,
+) -> None:
+    """out [G, n_r, D] = (1/m) sum_f read_scale[g, r, f] sum_w [match] write_scale[g, w, f]
+    values[g, w]; scales [G, n, m]. `cumulation` with a weight per row and hash: the
+    random-projection backward, O(n m D)."""
+    _check_cumulation(read_codes, write_codes, values, out, tau)
+    groups, n_w, m = write_codes.shape
+    for scale, codes in ((write_scale, write_codes), (read_scale, read_codes)):
+        check(scale, np.float32, 3)
+        require(scale.shape == codes.shape, f"scales {scale.shape} do not match codes")
+    if not _sparse(tau, n_w):
+        _tables(read_codes, write_codes, values, write_scale, read_scale, True, tau, out)
+        return
+    # Sparse tables: hash by hash, each a sort-based weighted cumulation of one column.
+    out[:] = 0.0
+    part = np.empty_like(out)
+    for f in range(m):
+        one = slice(f, f + 1)
+        weighted_cumulation(
+            np.ascontiguousarray(read_codes[:, :, one]),
+            np.ascontiguousarray(write_codes[:, :, one]),
+            np.ascontiguousarray(write_scale[:, :, one]),
+            values,
+            np.ascontiguousarray(read_scale[:, :, one]),
+            tau,
+            part,
+        )
+        out += part
+    out /= np.float32(m)
+
+
+def _sparse(tau: int, n_w: int) -> bool:
+    """More than SPARSE_BUCKETS buckets per write row: sort by code rather than fill tables."""
+    return 1 << tau > SPARSE_BUCKETS * n_w
+
+
+def _tables(read_codes, write_codes, values, write_scale, read_scale, scaled, tau, out):
+    width, workers = _column_blocks(write_codes.shape[0], values.shape[2])
+    chunk = hash_chunk(write_codes.shape[2], tau, width)
+    _cumulation(
+        read_codes,
+        write_codes,
+        values,
+        write_scale,
+        read_scale,
+        scaled,
+        tau,
+        width,
+        chunk,
+        workers,
+        out,
+    )
+
+
+def _check_cumulation(read_codes, write_codes, values, out, tau: int) -> None:
+    check_codes(read_codes, write_codes, tau)
+    check(values, np.float32, 3)
+    check(out, np.float32, 3)
+    groups, n_w, _ = write_codes.shape
+    require(values.shape[:2] == (groups, n_w), f"values {values.shape} do not match codes")
+    want = (groups, read_codes.shape[1], values.shape[2])
+    require(out.shape == want, f"out is {out.shape}, expected {want}")
 
 
 def weighted_cumulation(
@@ -346,3 +446,138 @@ def _column_blocks(groups: int, dv: int) -> tuple[int, int]:
     width = -(-dv // blocks)
     units = groups * -(-dv // width)
     return width, min(threads, units)
+
+
+# --- pair cumulation -----------------------------------------------------------------
+#
+# Per read row and hash, the write rows in its bucket are a contiguous span of that hash's
+# rows sorted by code; each picked pair costs O(d): one or two dot products and one axpy.
+# A work unit is one read row, which owns out[g, r]: no races, no tables.
+
+
+@njit(inline="always")
+def _span(keys, code):
+    """[lo, hi) of `code` in the ascending keys (two binary searches)."""
+    lo, hi = 0, keys.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if keys[mid] < code:
+            lo = mid + 1
+        else:
+            hi = mid
+    end = keys.shape[0]
+    top = lo
+    while top < end:
+        mid = (top + end) // 2
+        if keys[mid] <= code:
+            top = mid + 1
+        else:
+            end = mid
+    return lo, top
+
+
+@njit(inline="always")
+def _dot(a, b):
+    acc = float32(0.0)
+    for c in range(a.shape[0]):
+        acc += a[c] * b[c]
+    return acc
+
+
+@njit(parallel=True, cache=True)
+def _pair_cumulation(
+    read_codes,
+    sorted_codes,
+    order,
+    read_unit,
+    write_unit,
+    read_a,
+    write_a,
+    tau,
+    weight,
+    bound,
+    out,
+):
+    groups, n_r, m = read_codes.shape
+    d = write_unit.shape[2]
+    top = (1 << tau) - 1
+    half = float32(tau / 2)
+    for unit in prange(groups * n_r):
+        g = unit // n_r
+        r = unit % n_r
+        acc = out[g, r]
+        acc[:] = 0.0
+        ru, ra = read_unit[g, r], read_a[g, r]
+        for f in range(m):
+            lo, hi = _span(sorted_codes[g, f], read_codes[g, r, f] & top)
+            if hi == lo:
+                continue
+            offset, stride, scale = bound_stride(hi - lo, bound, r, f)
+            for pos in range(lo + offset, hi, stride):
+                w = order[g, f, pos]
+                wu = write_unit[g, w]
+                phi = float32(star_ratio(_dot(ru, wu), tau)) if weight == 1 else half
+                coef = scale * phi * _dot(ra, write_a[g, w])
+                for c in range(d):
+                    acc[c] += coef * wu[c]
+        inv = float32(1.0) / float32(m)
+        for c in range(d):
+            acc[c] *= inv
+
+
+def pair_cumulation(
+    read_codes: np.ndarray,
+    sorted_codes: np.ndarray,
+    order: np.ndarray,
+    read_unit: np.ndarray,
+    write_unit: np.ndarray,
+    read_a: np.ndarray,
+    write_a: np.ndarray,
+    tau: int,
+    weight: int,
+    bound: int,
+    out: np.ndarray,
+) -> None:
+    """out [G, n_r, d] = (1/m) sum_f sum_{w in B_f(r)} s phi(<read_unit_r, write_unit_w>)
+    <read_a_r, write_a_w> write_unit_w (reference.pair_cumulation): phi = tau/2 (weight 0,
+    eq. 4) or core.star_ratio (weight 1, *YOSO, eq. 3). sorted_codes and order [G, m, n_w]:
+    each hash's write codes ascending and the write row of each (a stable sort)."""
+    check(read_codes, np.int32, 3)
+    check(sorted_codes, np.int32, 3)
+    check(order, np.int32, 3)
+    for array in (read_unit, write_unit, read_a, write_a, out):
+        check(array, np.float32, 3)
+    groups, n_r, m = read_codes.shape
+    n_w = write_unit.shape[1]
+    require(1 <= tau <= 30, f"tau must be in 1..30, got {tau}")
+    require(weight in (0, 1), f"weight must be 0 (lower) or 1 (exact), got {weight}")
+    require(bound >= 1, f"bound must be at least 1, got {bound}")
+    require(
+        sorted_codes.shape == order.shape == (groups, m, n_w),
+        f"sorted codes {sorted_codes.shape} and order {order.shape} do not match "
+        f"{groups} groups, {m} hashes, {n_w} write rows",
+    )
+    require(
+        read_unit.shape[:2] == (groups, n_r) and read_a.shape[:2] == (groups, n_r),
+        f"read rows {read_unit.shape}, {read_a.shape} do not match the read codes",
+    )
+    require(
+        write_a.shape[:2] == (groups, n_w) and read_a.shape[2] == write_a.shape[2],
+        f"write_a {write_a.shape} does not match read_a {read_a.shape} and the write rows",
+    )
+    require(read_unit.shape[2] == write_unit.shape[2], "read and write unit rows differ in d")
+    want = (groups, n_r, write_unit.shape[2])
+    require(out.shape == want, f"out is {out.shape}, expected {want}")
+    _pair_cumulation(
+        read_codes,
+        sorted_codes,
+        order,
+        read_unit,
+        write_unit,
+        read_a,
+        write_a,
+        tau,
+        weight,
+        bound,
+        out,
+    )

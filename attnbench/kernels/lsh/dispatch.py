@@ -19,6 +19,9 @@ SMALL_TABLES = 256 * 2**20
 # Bytes of tables the CUDA kernels fill at once (all groups together).
 CUDA_TABLE_BUDGET = 64 * 2**20
 
+# pair_cumulation's weights: eq. 4's lower bound, or the exact derivative's ratio (*YOSO).
+PAIR_WEIGHTS = ("lower", "exact")
+
 # free_bytes(device) -> bytes a new allocation may still take there; the caller's measure of
 # memory (kernels know nothing of how it is read), None to allocate without asking.
 FreeBytes = Callable[[str], int] | None
@@ -66,6 +69,18 @@ class Kernels:
             read_codes, write_codes, weights, vectors, read_weights, tau, self.free_bytes
         )
 
+    def scaled_cumulation(self, read_codes, write_codes, values, write_scale, read_scale, tau):
+        return scaled_cumulation(
+            read_codes, write_codes, values, write_scale, read_scale, tau, self.free_bytes
+        )
+
+    def pair_cumulation(
+        self, read_codes, write_codes, read_unit, write_unit, read_a, write_a, tau, weight, bound
+    ):
+        return pair_cumulation(
+            read_codes, write_codes, read_unit, write_unit, read_a, write_a, tau, weight, bound
+        )
+
 
 def cumulation(read_codes, write_codes, values, tau: int, free_bytes: FreeBytes = None):
     """(1/m) sum over hashes of the values of the write rows sharing each read row's bucket."""
@@ -98,6 +113,43 @@ def weighted_cumulation(
     else:
         table = _scratch(groups, m, tau, vectors.shape[-1], vectors.device, free_bytes)
         _kernels(target).weighted_cumulation(*args, tau, as_array(out), as_array(table))
+    return out
+
+
+def scaled_cumulation(
+    read_codes, write_codes, values, write_scale, read_scale, tau: int, free_bytes: FreeBytes = None
+):
+    """(1/m) sum over hashes of read_scale times the write_scale-weighted values of the write
+    rows sharing each read row's bucket (reference.scaled_cumulation)."""
+    groups, n_r, m = read_codes.shape
+    out = torch.empty(groups, n_r, values.shape[-1], dtype=torch.float32, device=values.device)
+    args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, write_codes)]
+    args += [as_array(contiguous(t)) for t in (values, write_scale, read_scale)]
+    target = kernel_target(values)
+    if target == "cpu":
+        need = _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1])
+        _check_tables(tau, need, "cpu", free_bytes)
+        cpu.scaled_cumulation(*args, tau, as_array(out))
+    else:
+        table = _scratch(groups, m, tau, values.shape[-1], values.device, free_bytes)
+        _kernels(target).scaled_cumulation(*args, tau, as_array(out), as_array(table))
+    return out
+
+
+def pair_cumulation(
+    read_codes, write_codes, read_unit, write_unit, read_a, write_a, tau: int, weight: str, bound
+):
+    """Sum over colliding pairs of phi(x) <read_a, write_a> write_unit, phi = tau/2 ("lower",
+    eq. 4) or *YOSO's ratio ("exact", eq. 3), at most `bound` write rows per read row and
+    hash (reference.pair_cumulation). Sorts each hash's write codes once, on the device."""
+    if weight not in PAIR_WEIGHTS:
+        raise ValueError(f"weight must be one of {', '.join(PAIR_WEIGHTS)}, got {weight!r}")
+    sorted_codes, order = torch.sort(write_codes.transpose(1, 2).contiguous(), dim=-1, stable=True)
+    out = torch.empty(*read_codes.shape[:2], write_unit.shape[-1], device=write_unit.device)
+    args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, sorted_codes, order)]
+    args += [as_array(contiguous(t)) for t in (read_unit, write_unit, read_a, write_a)]
+    kernels = _kernels(kernel_target(write_unit))
+    kernels.pair_cumulation(*args, tau, PAIR_WEIGHTS.index(weight), int(bound), as_array(out))
     return out
 
 

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from attnbench.kernels.lsh.core import STAR_CLIP
+
 HASH_CHUNK = 8  # hashes whose tables the torch cumulation keeps in memory at once
 
 
@@ -138,3 +140,55 @@ def collision_frequency(read_codes, write_codes) -> torch.Tensor:
     for f in range(read_codes.shape[-1]):
         freq += read_codes[:, :, f, None] == write_codes[:, None, :, f]
     return freq / read_codes.shape[-1]
+
+
+def scaled_cumulation(read_codes, write_codes, values, write_scale, read_scale, tau: int):
+    """out_r = (1/m) sum_f read_scale_rf sum_w [code_f(r) == code_f(w)] write_scale_wf values_w.
+
+    The random-projection backward (backward=proj): with a = dY s_f, b = V s_f for a random
+    sign vector s_f per hash, dQ = tau/2 scaled(q, k, K, b, a) estimates eq. (4) in O(n m d).
+    """
+    m = write_codes.shape[-1]
+    out = torch.zeros(
+        *read_codes.shape[:2], values.shape[-1], dtype=values.dtype, device=values.device
+    )
+    for f in range(m):
+        one = slice(f, f + 1)
+        scaled = write_scale[..., f, None] * values
+        out += read_scale[..., f, None] * cumulation(
+            read_codes[..., one], write_codes[..., one], scaled, tau
+        )
+    return out / m
+
+
+def pair_cumulation(
+    read_codes, write_codes, read_unit, write_unit, read_a, write_a, tau: int, weight: str, bound
+):
+    """out_r = (1/m) sum_f sum_{w in B_f(r)} s_rf phi(x_rw) <read_a_r, write_a_w> write_unit_w,
+    x_rw = <read_unit_r, write_unit_w>, dense over all pairs.
+
+    phi = tau/2 for weight "lower" (eq. 4 with C, as backward=lsh) or core.star_ratio for
+    "exact" (*YOSO, eq. 3). B_f(r): the write rows in r's bucket of hash f, all of them up to
+    `bound`; above it every stride-th in row order with scale s_rf (core.bound_stride).
+    """
+    groups, n_r, m = read_codes.shape
+    x = read_unit @ write_unit.transpose(-1, -2)
+    if weight == "lower":
+        phi = torch.full_like(x, tau / 2)
+    else:
+        c = x.double().clamp(-STAR_CLIP, STAR_CLIP)
+        phi = (tau / ((math.pi - torch.arccos(c)) * torch.sqrt(1.0 - c * c))).to(x.dtype)
+    base = phi * (read_a @ write_a.transpose(-1, -2))
+    weights = torch.zeros_like(x)
+    rows = torch.arange(n_r, device=x.device)[:, None]
+    for f in range(m):
+        same = read_codes[:, :, f, None] == write_codes[:, None, :, f]  # [G, n_r, n_w]
+        w_same = write_codes[:, :, f, None] == write_codes[:, None, :, f]  # [G, n_w, n_w]
+        rank = torch.tril(w_same, diagonal=-1).sum(-1)  # earlier rows in the same bucket
+        size = same.sum(-1, keepdim=True)  # [G, n_r, 1]
+        stride = torch.where(size > bound, -(-size // bound), torch.ones_like(size))
+        offset = (rows + f) % stride
+        taken = -(-(size - offset) // stride)
+        picked = same & (rank[:, None, :] >= offset) & ((rank[:, None, :] - offset) % stride == 0)
+        weights += picked * (size / taken.clamp_min(1))
+    return ((weights * base) @ write_unit) / m
