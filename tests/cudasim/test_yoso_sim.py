@@ -42,6 +42,20 @@ def test_linear_backward_equals_dense_on_the_simulator():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("backward", ["proj", "pairs", "star"])
+def test_linear_backwards_equal_the_torch_reference_on_the_simulator(backward):
+    """Same codes and signs: the simulated kernels' gradients equal impl=torch's."""
+    grad_out = torch.randn(1, 2, 5, 2, generator=torch.Generator().manual_seed(3))
+    results = []
+    for impl in ("numba", "torch"):
+        leaves = [t.requires_grad_(True) for t in qkv(n=5, d=3, dv=2)]
+        spec = f"yoso:m=2,tau=2,hash=gaussian,impl={impl},backward={backward},bound=2"
+        get_backend(spec)(*leaves).backward(grad_out)
+        results.append([t.grad for t in leaves])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_all_masked_rows_are_zero_not_nan():
     q, k, v = qkv(n=4)
     mask = torch.tensor([[True, True, False, False]])

@@ -89,9 +89,10 @@ STAR_CLIP = 0.999
 def star_ratio(x, tau):
     """dE/dx / E for E = (1 - arccos(x)/pi)^tau, x clamped to [-STAR_CLIP, STAR_CLIP]:
     tau / ((pi - theta) sqrt(1 - x^2)). Weighting a collision (probability E) by it gives
-    eq. (3)'s derivative dE/dx in expectation."""
-    x = min(max(x, -STAR_CLIP), STAR_CLIP)
-    return tau / ((math.pi - math.acos(x)) * math.sqrt(1.0 - x * x))
+    eq. (3)'s derivative dE/dx in expectation. In fp32 (on a GPU too)."""
+    clip = float32(STAR_CLIP)
+    x = min(max(float32(x), -clip), clip)
+    return float32(tau) / ((float32(math.pi) - math.acos(x)) * math.sqrt(float32(1.0) - x * x))
 
 
 @njit(inline="always")

@@ -30,6 +30,8 @@ gaussian_code = _helpers["gaussian_code"]
 hadamard_inplace = _helpers["hadamard_inplace"]
 sign_code = _helpers["sign_code"]
 bucket_sum = _helpers["bucket_sum"]
+star_ratio = _helpers["star_ratio"]
+bound_stride = _helpers["bound_stride"]
 
 
 # --- hashing -------------------------------------------------------------------------
@@ -164,6 +166,147 @@ def _gather_weighted(read_codes, read_weights, table, a, start, count, m, first,
         _accumulate(out, g, r, col, acc * read_weights[g, r, a], first)
 
 
+@cuda.jit
+def _scatter_scaled(write_codes, write_scale, values, start, count, table):
+    """As `_scatter_values` with the row write_scale[g, w, start + h] * values[g, w]."""
+    k = cuda.grid(1)
+    groups, n_w, width = values.shape
+    if k < groups * n_w * count * width:
+        g, w, h, col = _scatter_thread(k, n_w, count, width)
+        f = start + h
+        code = write_codes[g, w, f]
+        cuda.atomic.add(table, (g, h, code, col), write_scale[g, w, f] * values[g, w, col])
+
+
+@cuda.jit
+def _gather_scaled(read_codes, read_scale, table, start, count, m, first, out):
+    """As `_gather`, each hash's bucket sum scaled by read_scale[g, r, start + h]."""
+    k = cuda.grid(1)
+    groups, n_r, width = out.shape
+    if k < groups * n_r * width:
+        g, r, col = _gather_thread(k, n_r, width)
+        acc = float32(0.0)
+        for h in range(count):
+            f = start + h
+            acc += read_scale[g, r, f] * table[g, h, read_codes[g, r, f], col]
+        _accumulate(out, g, r, col, acc / float32(m), first)
+
+
+# --- pair cumulation -----------------------------------------------------------------
+
+# Shared-memory slots of a pair-cumulation block: one per thread, so blocks have at most
+# this many threads.
+PAIR_SLOTS = GPU_THREADS_PER_BLOCK
+# Lanes that share one pair's dot products in a pair-cumulation block (a power of two).
+MAX_PAIR_LANES = 32
+
+
+@cuda.jit(device=True)
+def _first_at_least(sorted_codes, g, f, key):
+    """Smallest i with sorted_codes[g, f, i] >= key (n_w if none): binary search."""
+    lo = 0
+    hi = sorted_codes.shape[2]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_codes[g, f, mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@cuda.jit
+def _pair_cumulation(
+    read_codes,
+    sorted_codes,
+    order,
+    read_unit,
+    write_unit,
+    read_a,
+    write_a,
+    tau,
+    weight,
+    bound,
+    lanes,
+    out,
+):
+    """out[g, r] = (1/m) sum_f sum_{w in B_f(r)} s_rf phi(x_rw) <read_a_r, write_a_w> write_unit_w.
+
+    One block per (g, r), so every loop below has the same trip count in all its threads
+    and the barriers inside them are safe. Per hash, each thread finds r's bucket
+    [lo, hi) in sorted_codes[g, f] and the rows `bound_stride` picks from it. The picked
+    rows go in tiles of blockDim / lanes pairs: thread (pair p, lane) sums columns lane,
+    lane + lanes, ... of both dot products (coalesced within the pair's row), a shared-
+    memory tree adds the lanes, lane 0 turns the sums into the pair's coefficient, then
+    thread t adds the tile's coefficient-weighted write_unit rows to its own columns
+    t, t + blockDim, ... of out[g, r], which no other block writes.
+    """
+    threads = cuda.blockDim.x
+    tid = cuda.threadIdx.x
+    block = cuda.blockIdx.x
+    groups, n_r, m = read_codes.shape
+    if block >= groups * n_r:
+        return
+    g = block // n_r
+    r = block % n_r
+    d = write_unit.shape[2]
+    d_a = write_a.shape[2]
+    tile = threads // lanes
+    p = tid // lanes
+    lane = tid % lanes
+    dots = cuda.shared.array(PAIR_SLOTS, float32)
+    coefs = cuda.shared.array(PAIR_SLOTS, float32)
+    cosines = cuda.shared.array(PAIR_SLOTS, float32)
+    rows = cuda.shared.array(PAIR_SLOTS, int32)
+    half_tau = float32(tau) * float32(0.5)
+
+    for col in range(tid, d, threads):
+        out[g, r, col] = float32(0.0)
+    for f in range(m):
+        code = read_codes[g, r, f]
+        lo = _first_at_least(sorted_codes, g, f, code)
+        hi = _first_at_least(sorted_codes, g, f, code + 1)
+        if hi > lo:
+            offset, stride, scale = bound_stride(hi - lo, bound, r, f)
+            taken = (hi - lo - offset + stride - 1) // stride
+            for first in range(0, taken, tile):
+                j = first + p
+                dot_a = float32(0.0)
+                cos = float32(0.0)
+                if p < tile and j < taken:
+                    w = order[g, f, lo + offset + j * stride]
+                    for c in range(lane, d_a, lanes):
+                        dot_a += read_a[g, r, c] * write_a[g, w, c]
+                    if weight:
+                        for c in range(lane, d, lanes):
+                            cos += read_unit[g, r, c] * write_unit[g, w, c]
+                    if lane == 0:
+                        rows[p] = w
+                dots[tid] = dot_a
+                cosines[tid] = cos
+                cuda.syncthreads()
+                step = lanes // 2
+                while step > 0:
+                    if lane < step:
+                        dots[tid] += dots[tid + step]
+                        cosines[tid] += cosines[tid + step]
+                    cuda.syncthreads()
+                    step //= 2
+                if lane == 0 and p < tile and j < taken:
+                    phi = float32(star_ratio(cosines[tid], tau)) if weight else half_tau
+                    coefs[p] = scale * phi * dots[tid]
+                cuda.syncthreads()
+                pairs = min(tile, taken - first)
+                for col in range(tid, d, threads):
+                    acc = float32(0.0)
+                    for q in range(pairs):
+                        acc += coefs[q] * write_unit[g, rows[q], col]
+                    out[g, r, col] += acc
+                cuda.syncthreads()
+    for col in range(tid, d, threads):
+        out[g, r, col] /= float32(m)
+
+
 _F3, _F4, _I3 = float32[:, :, ::1], float32[:, :, :, ::1], int32[:, :, ::1]
 
 # Every kernel with the argument types the wrappers pass (C-contiguous arrays, int64 and
@@ -178,6 +321,12 @@ KERNELS = {
     "gather_weighted": (
         _gather_weighted,
         (_I3, _F3, _F4, int64, int64, int64, int64, boolean, _F3),
+    ),
+    "scatter_scaled": (_scatter_scaled, (_I3, _F3, _F3, int64, int64, _F4)),
+    "gather_scaled": (_gather_scaled, (_I3, _F3, _F4, int64, int64, int64, boolean, _F3)),
+    "pair_cumulation": (
+        _pair_cumulation,
+        (_I3, _I3, _I3, _F3, _F3, _F3, _F3, int64, int64, int64, int64, _F3),
     ),
 }
 
@@ -287,3 +436,115 @@ def weighted_cumulation(
                 a == 0 and start == 0,
                 out,
             )
+
+
+def _check_shape(name: str, array, expected: tuple) -> None:
+    if tuple(array.shape) != tuple(expected):
+        raise ValueError(f"{name} has shape {tuple(array.shape)}, want {tuple(expected)}")
+
+
+def scaled_cumulation(
+    read_codes, write_codes, values, write_scale, read_scale, tau: int, out, table
+) -> None:
+    """out_r = (1/m) sum_f read_scale_rf sum_w [match in hash f] write_scale_wf values_w.
+
+    `cumulation` with per-row, per-hash scales on both sides (all ones give `cumulation`):
+    the write side scales what it scatters, the read side what it gathers.
+    """
+    groups, n_r, m = read_codes.shape
+    n_w, width = values.shape[1], values.shape[2]
+    if m < 1:
+        raise ValueError("need at least one hash")
+    _check_shape("write_scale", write_scale, (groups, n_w, m))
+    _check_shape("read_scale", read_scale, (groups, n_r, m))
+    _check_table(table, groups, tau, width)
+    chunk = table.shape[1]
+    for start in range(0, m, chunk):
+        count = min(chunk, m - start)
+        _launch(_zero_tables, groups * count * (1 << tau) * width, table, count)
+        _launch(
+            _scatter_scaled,
+            groups * n_w * count * width,
+            write_codes,
+            write_scale,
+            values,
+            start,
+            count,
+            table,
+        )
+        _launch(
+            _gather_scaled,
+            groups * n_r * width,
+            read_codes,
+            read_scale,
+            table,
+            start,
+            count,
+            m,
+            start == 0,
+            out,
+        )
+
+
+def pair_lanes(threads: int, d: int, d_a: int) -> int:
+    """Lanes per pair in `_pair_cumulation`: enough for the wider dot product, a power of
+    two, at most MAX_PAIR_LANES and the block size, so a block takes several pairs at once."""
+    cap = min(MAX_PAIR_LANES, threads)
+    lanes = 1
+    while lanes < max(d, d_a) and 2 * lanes <= cap:
+        lanes *= 2
+    return lanes
+
+
+def pair_cumulation(
+    read_codes,
+    sorted_codes,
+    order,
+    read_unit,
+    write_unit,
+    read_a,
+    write_a,
+    tau: int,
+    weight: int,
+    bound: int,
+    out,
+) -> None:
+    """out_r = (1/m) sum_f sum_{w in B_f(r)} s_rf phi(x_rw) <read_a_r, write_a_w> write_unit_w.
+
+    x_rw = <read_unit_r, write_unit_w>; phi = core.star_ratio(x, tau) for weight 1 (eq. 3),
+    tau/2 for weight 0 (eq. 4). B_f(r): the write rows of r's bucket in hash f, found in
+    sorted_codes [G, m, n_w] (each hash's write codes ascending, order [G, m, n_w] their
+    rows), sampled under `bound` as core.bound_stride says, with scale s_rf.
+    """
+    groups, n_r, m = read_codes.shape
+    n_w, d = write_unit.shape[1], write_unit.shape[2]
+    if m < 1:
+        raise ValueError("need at least one hash")
+    if bound < 1:
+        raise ValueError(f"bound must be >= 1, got {bound}")
+    if weight not in (0, 1):
+        raise ValueError(f"weight must be 0 (lower) or 1 (exact), got {weight}")
+    _check_shape("sorted_codes", sorted_codes, (groups, m, n_w))
+    _check_shape("order", order, (groups, m, n_w))
+    _check_shape("read_unit", read_unit, (groups, n_r, d))
+    _check_shape("write_a", write_a, (groups, n_w, read_a.shape[2]))
+    _check_shape("read_a", read_a, (groups, n_r, write_a.shape[2]))
+    _check_shape("out", out, (groups, n_r, d))
+    threads = THREADS_PER_BLOCK
+    if threads > PAIR_SLOTS:
+        raise ValueError(f"pair cumulation blocks hold at most {PAIR_SLOTS} threads")
+    if groups * n_r > 0:
+        _pair_cumulation[groups * n_r, threads](
+            read_codes,
+            sorted_codes,
+            order,
+            read_unit,
+            write_unit,
+            read_a,
+            write_a,
+            int(tau),
+            int(weight),
+            int(bound),
+            pair_lanes(threads, d, write_a.shape[2]),
+            out,
+        )
