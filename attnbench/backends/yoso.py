@@ -32,6 +32,7 @@ from attnbench.backends.registry import (
     tau_param,
 )
 from attnbench.backends.resampling import Resampling, resample_param
+from attnbench.backends.unit_rows import unit_rows
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.kernels.lsh.autograd import (
     BACKWARDS,
@@ -179,8 +180,8 @@ class YOSO(Resampling, Backend):
         with self.stage("normalise"):
             if mask is not None:
                 v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
-            qn = F.normalize(q.float(), dim=-1).reshape(b * h, n_q, d)
-            kn = F.normalize(k.float(), dim=-1).reshape(b * h, n_k, d)
+            qn = unit_rows(q.float()).reshape(b * h, n_q, d)
+            kn = unit_rows(k.float()).reshape(b * h, n_k, d)
             vf = v.float().reshape(b * h, n_k, d_v)
         call = self._call(advance=True)
         with self.stage("hash"), torch.no_grad():
@@ -196,7 +197,7 @@ class YOSO(Resampling, Backend):
             )
         with self.stage("output_normalise"):
             if torch.is_grad_enabled() and y.requires_grad:
-                out = F.normalize(y, dim=-1)
+                out = unit_rows(y)
             else:  # inference: normalise in place, one output-sized buffer less
                 out = y.div_(y.norm(dim=-1, keepdim=True).clamp_min_(1e-12))
             return zero_masked_rows(out.to(v.dtype), mask)
@@ -236,10 +237,10 @@ class YOSO(Resampling, Backend):
           cosines of expected); other G n^2 (2m + 3) (dense: m compares and adds, 1/m,
           tau/2, times C) or 7 G n^2 (expected: clamp, arccos, /pi, 1-, power, tau/2, times
           E); bytes one write and read of each n x n pass, as `_dense_backward`.
-        backward (autograd's rest): the l2 normalisations of Q, K and Y, 7 per element
-          (divide, product, divide, negate, row sum, the norm's gradient, the sum of the
-          two paths): 7 G n (2d + d_v); bytes 12 G n (2d + d_v) (gradient and input read,
-          gradient written)."""
+        backward (autograd's rest): the l2 normalisations of Q, K and Y (`unit_rows`): per
+          row <u, g> as a batched product, matmul 2 G n (2d + d_v), then g - u <u, g> and
+          the division by the norm, 3 G n (2d + d_v); bytes 12 G n (2d + d_v) (gradient and
+          unit rows read, gradient written)."""
         v = self.values
         g, n, d, dv, w = shape.planes, shape.n, shape.dim, shape.dv, shape.itemsize
         tau = resolve_tau(v["tau"], n)
@@ -257,7 +258,9 @@ class YOSO(Resampling, Backend):
             )
         if shape.backward:
             rows = g * n * (2 * d + dv)
-            costs["backward"] = Cost(other_flops=7.0 * rows, bytes=3.0 * FLOAT * rows)
+            costs["backward"] = Cost(
+                matmul_flops=2.0 * rows, other_flops=3.0 * rows, bytes=3.0 * FLOAT * rows
+            )
             kind = v["backward"]
             if kind in LINEAR:
                 dv_stage, dq_stage, dk_stage = LSH_STAGES

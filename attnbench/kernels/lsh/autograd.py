@@ -98,10 +98,10 @@ def _lsh(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
     dq = dk = None
     if need_q:
         with stage(LSH_STAGES[1]):
-            dq = (tau / 2) * ops.weighted_cumulation(q_codes, k_codes, v, k, dy, tau)
+            dq = ops.weighted_cumulation(q_codes, k_codes, v, k, dy, tau).mul_(tau / 2)
     if need_k:
         with stage(LSH_STAGES[2]):
-            dk = (tau / 2) * ops.weighted_cumulation(k_codes, q_codes, dy, q, v, tau)
+            dk = ops.weighted_cumulation(k_codes, q_codes, dy, q, v, tau).mul_(tau / 2)
     return dq, dk
 
 
@@ -110,12 +110,13 @@ def _proj(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
     dq = dk = None
     with stage(LSH_STAGES[1]):
         signs = how.signs().to(dy.device, dy.dtype)
-        a, b = dy @ signs, v @ signs  # [G, n, m]: s_f . dY_i and s_f . V_j
+        # [G, n, m]: tau/2 s_f . dY_i and s_f . V_j (tau/2 here, so no gradient is copied)
+        a, b = (dy @ signs).mul_(tau / 2), v @ signs
         if need_q:
-            dq = (tau / 2) * ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
+            dq = ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
     if need_k:
         with stage(LSH_STAGES[2]):
-            dk = (tau / 2) * ops.scaled_cumulation(k_codes, q_codes, q, a, b, tau)
+            dk = ops.scaled_cumulation(k_codes, q_codes, q, a, b, tau)
     return dq, dk
 
 
