@@ -13,12 +13,17 @@ import platform
 import re
 from pathlib import Path
 
-KIB, MIB, GIB = 2**10, 2**20, 2**30
+from attnbench.kernels.caches import (  # noqa: F401  (re-exported: the measure's view of them)
+    CACHE_ROOT,
+    FALLBACK_CACHES,
+    GIB,
+    KIB,
+    MIB,
+    cpu_caches,
+)
+
 CPUINFO = Path("/proc/cpuinfo")
-CACHE_ROOT = Path("/sys/devices/system/cpu/cpu0/cache")
 CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
-# (level, bytes, CPUs sharing it; 0: all of them) when sysfs lists no cache
-FALLBACK_CACHES = ((1, 32 * KIB, 1), (2, 1 * MIB, 1), (3, 32 * MIB, 0))
 # fp32 lanes of the widest vector unit a flag announces, widest first
 SIMD_LANES = (("avx512f", 16), ("avx2", 8), ("avx", 8), ("asimd", 4), ("sse2", 4), ("sse", 4))
 
@@ -29,40 +34,6 @@ def read_text(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
-
-
-def cpu_caches(root: Path = CACHE_ROOT) -> list[tuple[int, int, int]]:
-    """(level, bytes, CPUs sharing it) of cpu0's data and unified caches, by level;
-    FALLBACK_CACHES when sysfs has none."""
-    found = {}
-    for index in sorted(root.glob("index*")):
-        try:
-            if (index / "type").read_text().strip() == "Instruction":
-                continue
-            level = int((index / "level").read_text())
-            size = _size_bytes((index / "size").read_text())
-            sharing = _cpu_count((index / "shared_cpu_list").read_text())
-        except (OSError, ValueError):
-            continue
-        found[level] = (level, size, sharing)
-    return [found[level] for level in sorted(found)] or list(FALLBACK_CACHES)
-
-
-def _size_bytes(text: str) -> int:
-    """sysfs sizes: "32K", "1M", "32768K"."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
-    if not match:
-        raise ValueError(f"cache size {text!r}")
-    return int(match.group(1)) * {"": 1, "K": KIB, "M": MIB, "G": GIB}[match.group(2).upper()]
-
-
-def _cpu_count(text: str) -> int:
-    """CPUs in a list such as "0-3,8-11"."""
-    count = 0
-    for item in text.strip().split(","):
-        first, _, last = item.partition("-")
-        count += int(last or first) - int(first) + 1
-    return count
 
 
 def cpuinfo_fields(text: str) -> dict:

@@ -13,12 +13,18 @@ import math
 
 from numba import float32, njit
 
+from attnbench.kernels.caches import core_cache
+
 # Longest fast-hash transform a CUDA thread keeps in its local buffer (d <= 1024).
 MAX_PADDED_DIM = 1024
-# Bytes of hash tables one CPU worker keeps hot at once: a core's L2. Fewer, larger chunks
-# mean fewer passes over the values and outputs, which is what limits long sequences, so a
-# chunk is as large as the tables that stay in L2.
-TABLE_BUDGET = 1024 * 1024
+# Bytes of hash tables one CPU worker keeps hot at once: half its core's L2 (the rows it
+# streams through share the other half)...
+TABLE_BUDGET = core_cache(2) // 2
+# ... while its rows (values read, outputs updated once per chunk of hashes) stay in its
+# share of L3. Longer rows come from memory on every pass, so fewer, larger chunks win:
+# tables of up to LONG_ROWS_BUDGET, spilling from L2 to L3.
+ROWS_IN_L3 = core_cache(3) // 4
+LONG_ROWS_BUDGET = 4 * core_cache(2)
 
 
 @njit(inline="always")

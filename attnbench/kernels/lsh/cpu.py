@@ -18,7 +18,14 @@ import numpy as np
 from numba import float32, njit, prange, uint64
 
 from attnbench.kernels.lsh.checks import check, check_codes, require
-from attnbench.kernels.lsh.core import bound_stride, hash_chunk, star_ratio
+from attnbench.kernels.lsh.core import (
+    LONG_ROWS_BUDGET,
+    ROWS_IN_L3,
+    TABLE_BUDGET,
+    bound_stride,
+    hash_chunk,
+    star_ratio,
+)
 from attnbench.kernels.lsh.cpu_hash import fast_codes, gaussian_codes
 
 # Widest block of value columns one cumulation work unit owns.
@@ -369,9 +376,18 @@ def _sparse(tau: int, n_w: int) -> bool:
     return 1 << tau > SPARSE_BUCKETS * n_w
 
 
+def table_chunk(n_w: int, n_r: int, m: int, tau: int, width: int) -> int:
+    """Hashes whose tables a worker fills at once (core.TABLE_BUDGET, or LONG_ROWS_BUDGET
+    when a unit's rows outgrow its share of L3)."""
+    rows = 4 * width * (n_w + n_r)
+    budget = TABLE_BUDGET if rows <= ROWS_IN_L3 else LONG_ROWS_BUDGET
+    return hash_chunk(m, tau, width, budget)
+
+
 def _tables(read_codes, write_codes, values, write_scale, read_scale, scaled, tau, out):
     width, workers = _column_blocks(write_codes.shape[0], values.shape[2])
-    chunk = hash_chunk(write_codes.shape[2], tau, width)
+    n_w, m = write_codes.shape[1:]
+    chunk = table_chunk(n_w, read_codes.shape[1], m, tau, width)
     _cumulation(
         read_codes,
         write_codes,

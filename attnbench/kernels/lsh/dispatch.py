@@ -90,7 +90,7 @@ def cumulation(read_codes, write_codes, values, tau: int, free_bytes: FreeBytes 
     args.append(as_array(contiguous(values)))
     target = kernel_target(values)
     if target == "cpu":
-        need = _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1])
+        need = _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1], n_r)
         _check_tables(tau, need, "cpu", free_bytes)
         cpu.cumulation(*args, tau, as_array(out))
     else:
@@ -127,7 +127,7 @@ def scaled_cumulation(
     args += [as_array(contiguous(t)) for t in (values, write_scale, read_scale)]
     target = kernel_target(values)
     if target == "cpu":
-        need = _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1])
+        need = _cpu_table_bytes(write_codes.shape[1], m, tau, values.shape[-1], n_r)
         _check_tables(tau, need, "cpu", free_bytes)
         cpu.scaled_cumulation(*args, tau, as_array(out))
     else:
@@ -153,13 +153,14 @@ def pair_cumulation(
     return out
 
 
-def _cpu_table_bytes(n_w: int, m: int, tau: int, width: int) -> int:
+def _cpu_table_bytes(n_w: int, m: int, tau: int, width: int, n_r: int | None = None) -> int:
     """What the CPU cumulation's workers allocate: tables unless tau is large for n (then it
     sorts rows by code instead)."""
     if (1 << tau) > cpu.SPARSE_BUCKETS * n_w:
         return 0
     width = min(cpu.MAX_WIDTH, width)
-    return numba.get_num_threads() * hash_chunk(m, tau, width) * ((1 << tau) + 2) * width * 4
+    chunk = cpu.table_chunk(n_w, n_w if n_r is None else n_r, m, tau, width)
+    return numba.get_num_threads() * chunk * ((1 << tau) + 2) * width * 4
 
 
 def cuda_chunk(groups: int, m: int, tau: int, width: int) -> int:
