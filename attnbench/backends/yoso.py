@@ -32,7 +32,7 @@ from attnbench.backends.registry import (
     tau_param,
 )
 from attnbench.backends.resampling import Resampling, resample_param
-from attnbench.backends.unit_rows import unit_rows
+from attnbench.backends.unit_rows import unit_rows, unit_rows_pair
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.kernels.lsh.autograd import (
     BACKWARDS,
@@ -124,16 +124,20 @@ class YOSO(Resampling, Backend):
                 )
         return reasons
 
-    def draws(self, groups: int, d: int, tau: int, device, call: int = 0) -> torch.Tensor:
+    def draws(
+        self, groups: int, d: int, tau: int, device, call: int = 0, copies: int = 1
+    ) -> torch.Tensor:
         """The random projections or diagonals of draw `call`, drawn on the CPU from the
-        seed (so every device sees the same draws), kept for the latest call per shape."""
+        seed (so every device sees the same draws), kept for the latest call per shape;
+        `copies` > 1 repeats the G groups' draws (for rows of Q and K hashed together)."""
         m, fast = self.values["m"], hash_kind(self.values["hash"], d) == "fast"
         draw = reference.fast_diagonals if fast else reference.gaussian_projections
-        return self._drawn(
-            (groups, d, tau, str(device)),
-            call,
-            lambda seed: draw(groups, d, m, tau, seed).to(device),
-        )
+
+        def drawn(seed: int) -> torch.Tensor:
+            x = draw(groups, d, m, tau, seed)
+            return x.repeat(copies, *(1,) * (x.dim() - 1)).to(device)
+
+        return self._drawn((groups, d, tau, str(device), copies), call, drawn)
 
     def signs(self, groups: int, d_v: int, device, call: int) -> torch.Tensor:
         """backward=proj's +-1 sign vectors [G, d_v, m] of draw `call`, drawn on `device`
@@ -154,10 +158,11 @@ class YOSO(Resampling, Backend):
         v = self.values
         return Gradient(v["backward"], v["bound"], lambda: self.signs(groups, d_v, device, call))
 
-    def hash(self, x: torch.Tensor, tau: int, call: int = 0) -> torch.Tensor:
-        """int32 codes [G, n, m] of unit rows x [G, n, d] under draw `call`."""
+    def hash(self, x: torch.Tensor, tau: int, call: int = 0, copies: int = 1) -> torch.Tensor:
+        """int32 codes [G, n, m] of unit rows x [G, n, d] under draw `call`; with `copies`,
+        x holds that many blocks of the same G / copies groups (Q's rows, then K's)."""
         kind, m = hash_kind(self.values["hash"], x.shape[-1]), self.values["m"]
-        draws = self.draws(x.shape[0], x.shape[-1], tau, x.device, call)
+        draws = self.draws(x.shape[0] // copies, x.shape[-1], tau, x.device, call, copies)
         if self.values["impl"] == "numba":
             return dispatch.hash_codes(x, draws, kind, tau, m)
         if kind == "fast":
@@ -180,12 +185,21 @@ class YOSO(Resampling, Backend):
         with self.stage("normalise"):
             if mask is not None:
                 v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
-            qn = unit_rows(q.float()).reshape(b * h, n_q, d)
-            kn = unit_rows(k.float()).reshape(b * h, n_k, d)
+            together = q.shape == k.shape  # then Q's and K's rows share one buffer
+            if together:
+                qk = unit_rows_pair(q.float(), k.float()).reshape(2 * b * h, n_q, d)
+                qn, kn = qk[: b * h], qk[b * h :]
+            else:
+                qn = unit_rows(q.float()).reshape(b * h, n_q, d)
+                kn = unit_rows(k.float()).reshape(b * h, n_k, d)
             vf = v.float().reshape(b * h, n_k, d_v)
         call = self._call(advance=True)
         with self.stage("hash"), torch.no_grad():
-            q_codes, k_codes = self.hash(qn, tau, call), self.hash(kn, tau, call)
+            if together:  # one kernel call hashes both
+                codes = self.hash(qk, tau, call, copies=2)
+                q_codes, k_codes = codes[: b * h], codes[b * h :]
+            else:
+                q_codes, k_codes = self.hash(qn, tau, call), self.hash(kn, tau, call)
         if self.values["impl"] == "numba":  # hash tables are checked against free memory
             ops = dispatch.Kernels(free_bytes=available_bytes)
         else:
