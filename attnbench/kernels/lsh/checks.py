@@ -13,11 +13,13 @@ def require(condition: bool, message: str) -> None:
 
 
 def check(array: np.ndarray, dtype, ndim: int) -> None:
-    require(
-        array.dtype == dtype and array.ndim == ndim and array.flags.c_contiguous,
-        f"expected a C-contiguous {np.dtype(dtype)} array of rank {ndim}, got "
-        f"{array.dtype} {array.shape}",
-    )
+    """C-contiguous, of `dtype` and rank `ndim` (the message is built only on failure: this
+    runs on every kernel call)."""
+    if not (array.dtype == dtype and array.ndim == ndim and array.flags.c_contiguous):
+        raise ValueError(
+            f"expected a C-contiguous {np.dtype(dtype)} array of rank {ndim}, got "
+            f"{array.dtype} {array.shape}"
+        )
 
 
 def check_codes(read_codes: np.ndarray, write_codes: np.ndarray, tau: int) -> None:
