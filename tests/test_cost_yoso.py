@@ -47,9 +47,12 @@ def test_costs_cover_exactly_the_stages_of_each_mode(spec, device):
             for stage, cost in costs.items():
                 counts = (cost.matmul_flops, cost.other_flops, cost.bytes, cost.footprint)
                 assert all(math.isfinite(x) and x >= 0 for x in counts), (spec, mode, stage)
-                assert cost.bytes > 0, (spec, mode, stage)
+                # YOSO-m's inference forward normalises nothing: only fp32 casts, if any
+                idle = mode == "fwd" and stage == "normalise" and spec.split(":")[0] != "yoso-e"
+                assert cost.bytes > 0 or (idle and dims.get("itemsize", 4) == 4), (spec, stage)
             if mode != "bwd":
-                assert all(costs[s].flops > 0 for s in backend.stages), (spec, mode)
+                worked = [s for s in backend.stages if not (mode == "fwd" and s == "normalise")]
+                assert all(costs[s].flops > 0 for s in worked), (spec, mode)
 
 
 def test_backward_stages_follow_the_backward_kind():

@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from attnbench.backends.cost import Cost, Shape, matmul
 from attnbench.backends.masking import token_mask, zero_masked_rows
@@ -159,7 +158,8 @@ class YOSO(Resampling, Backend):
         return Gradient(v["backward"], v["bound"], lambda: self.signs(groups, d_v, device, call))
 
     def hash(self, x: torch.Tensor, tau: int, call: int = 0, copies: int = 1) -> torch.Tensor:
-        """int32 codes [G, n, m] of unit rows x [G, n, d] under draw `call`; with `copies`,
+        """int32 codes [G, n, m] of rows x [G, n, d] (unit or not: signs of projections do
+        not depend on a row's length) under draw `call`; with `copies`,
         x holds that many blocks of the same G / copies groups (Q's rows, then K's)."""
         kind, m = hash_kind(self.values["hash"], x.shape[-1]), self.values["m"]
         draws = self.draws(x.shape[0] // copies, x.shape[-1], tau, x.device, call, copies)
@@ -170,13 +170,14 @@ class YOSO(Resampling, Backend):
         return reference.gaussian_codes(x, draws, tau)
 
     def codes(self, q, k, mask=None):
-        """Hash codes of normalised queries and keys, [B*H, n, m] each, from the draws of the
-        last forward (call 0's before any): the codes that forward used."""
+        """Hash codes of queries and keys, [B*H, n, m] each, from the draws of the last
+        forward (call 0's before any): the codes that forward used (a training forward hashes
+        the unit rows, which can differ only where a projection is within rounding of 0)."""
         b, h, _, d = k.shape
         tau = resolve_tau(self.values["tau"], k.shape[-2])
         call = self._call(advance=False)
-        qn, kn = (F.normalize(x.float(), dim=-1).reshape(b * h, -1, d) for x in (q, k))
-        return self.hash(qn, tau, call), self.hash(kn, tau, call), tau
+        qf, kf = (x.float().reshape(b * h, -1, d) for x in (q, k))  # as an inference forward
+        return self.hash(qf, tau, call), self.hash(kf, tau, call), tau
 
     def forward(self, q, k, v, mask=None):
         b, h, n_q, d = q.shape
@@ -185,17 +186,20 @@ class YOSO(Resampling, Backend):
         with self.stage("normalise"):
             if mask is not None:
                 v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
-            together = q.shape == k.shape  # then Q's and K's rows share one buffer
-            if together:
+            vf = v.float().reshape(b * h, n_k, d_v)
+            training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+            if training and q.shape == k.shape:  # Q's and K's unit rows share one buffer
                 qk = unit_rows_pair(q.float(), k.float()).reshape(2 * b * h, n_q, d)
                 qn, kn = qk[: b * h], qk[b * h :]
-            else:
+            elif training:
                 qn = unit_rows(q.float()).reshape(b * h, n_q, d)
                 kn = unit_rows(k.float()).reshape(b * h, n_k, d)
-            vf = v.float().reshape(b * h, n_k, d_v)
+            else:  # only the backward needs unit rows: codes do not depend on a row's length
+                qn = q.float().reshape(b * h, n_q, d)
+                kn = k.float().reshape(b * h, n_k, d)
         call = self._call(advance=True)
         with self.stage("hash"), torch.no_grad():
-            if together:  # one kernel call hashes both
+            if training and q.shape == k.shape:  # one kernel call hashes both
                 codes = self.hash(qk, tau, call, copies=2)
                 q_codes, k_codes = codes[: b * h], codes[b * h :]
             else:
@@ -236,7 +240,9 @@ class YOSO(Resampling, Backend):
         at n, 4-byte fp32 inside. One flop per elementwise op; an l2 normalisation is 3 per
         element (square, add, divide). Masks are not counted (Shape has none).
 
-        normalise: 6 G n d; bytes (w + 4) G n (2d [+ d_v when w != 4: V's fp32 copy]).
+        normalise (with a backward): 6 G n d; bytes (w + 4) G n (2d [+ d_v when w != 4: V's
+          fp32 copy]). Forward only: no unit rows, just the fp32 casts where w != 4,
+          (w + 4) G n (2d + d_v) bytes.
         hash (Q and K): gaussian: matmul 2 * 2 G n d m tau; fast: P = ceil(m / (p // tau))
           transforms of the padded length p, each 3 Hadamards and 3 sign flips:
           2 G n P 3 (p log2 p + p). Both: 2 per code bit (compare, pack) 2 * 2 G n m tau,
@@ -261,10 +267,13 @@ class YOSO(Resampling, Backend):
         cast = (w + FLOAT) if w != FLOAT else 0
         costs = {}
         if shape.forward:
-            costs["normalise"] = Cost(
-                other_flops=6.0 * g * n * d,
-                bytes=(w + FLOAT) * 2.0 * g * n * d + cast * g * n * dv,
-            )
+            if shape.backward:  # unit rows of Q and K, for the backward
+                costs["normalise"] = Cost(
+                    other_flops=6.0 * g * n * d,
+                    bytes=(w + FLOAT) * 2.0 * g * n * d + cast * g * n * dv,
+                )
+            else:  # inference hashes the rows as they come: only casts to fp32
+                costs["normalise"] = Cost(bytes=cast * g * n * (2 * d + dv))
             costs["hash"] = self._hash_cost(shape, tau)
             costs["cumulation"] = self._cumulation(shape, tau, dv)
             costs["output_normalise"] = Cost(
