@@ -15,8 +15,8 @@ and the same sequence of calls give the same outputs; `resample=fixed` reuses on
 from __future__ import annotations
 
 import math
+from functools import partial
 
-import numpy as np
 import torch
 
 from attnbench.backends.cost import Cost, Shape, matmul
@@ -56,8 +56,6 @@ FLOAT = 4  # bytes of the fp32 that hashing and the cumulations compute in
 # Default of `bound`: far above the mean bucket at the default tau (n / 2^8 rows at n = 64k),
 # so it only thins the buckets of clustered inputs.
 BOUND = 256
-# Stream of the backward's sign vectors: apart from the hash draws of the same seed.
-SIGN_STREAM = 1
 
 
 def hash_kind(kind: str, d: int) -> str:
@@ -142,14 +140,7 @@ class YOSO(Resampling, Backend):
         """backward=proj's +-1 sign vectors [G, d_v, m] of draw `call`, drawn on `device`
         (no host copy on a GPU) from a stream apart from the hash draws: the same seed and
         calls give the same signs on one device."""
-        m = self.values["m"]
-
-        def draw(seed: int) -> torch.Tensor:
-            state = np.random.SeedSequence([seed, SIGN_STREAM]).generate_state(1, np.uint32)
-            gen = torch.Generator(device=device).manual_seed(int(state[0]))
-            bits = torch.randint(0, 2, (groups, d_v, m), generator=gen, device=device)
-            return (2 * bits - 1).to(torch.float32)
-
+        draw = partial(reference.backward_signs, groups, d_v, self.values["m"], device=device)
         return self._drawn(("signs", groups, d_v, str(device)), call, draw)
 
     def gradient(self, groups: int, d_v: int, device, call: int) -> Gradient:

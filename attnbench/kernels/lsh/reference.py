@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from attnbench.kernels.lsh.core import STAR_CLIP
 
 HASH_CHUNK = 8  # hashes whose tables the torch cumulation keeps in memory at once
+SIGN_STREAM = 1  # the backward's sign vectors' stream, apart from the hash draws' (seed alone)
 
 
 # --- hashing -------------------------------------------------------------------------
@@ -26,6 +28,16 @@ def gaussian_projections(groups: int, d: int, m: int, tau: int, seed: int) -> to
     """
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(groups, d, m * tau, generator=gen)
+
+
+def backward_signs(groups: int, d_v: int, m: int, seed: int, device) -> torch.Tensor:
+    """backward=proj's random +-1 vectors, float32 [G, d_v, m], drawn on `device` (no host
+    copy on a GPU) from a stream apart from the hash draws of the same seed: reproducible on
+    one device, not across devices."""
+    state = np.random.SeedSequence([seed, SIGN_STREAM]).generate_state(1, np.uint32)
+    gen = torch.Generator(device=device).manual_seed(int(state[0]))
+    bits = torch.randint(0, 2, (groups, d_v, m), generator=gen, device=device)
+    return (2 * bits - 1).to(torch.float32)
 
 
 def gaussian_codes(x: torch.Tensor, proj: torch.Tensor, tau: int) -> torch.Tensor:
