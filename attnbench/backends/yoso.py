@@ -179,7 +179,8 @@ class YOSO(Resampling, Backend):
                 v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
             vf = v.float().reshape(b * h, n_k, d_v)
             training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-            if training and q.shape == k.shape:  # Q's and K's unit rows share one buffer
+            joint = training and q.shape == k.shape
+            if joint:  # Q's and K's unit rows share one buffer
                 qk = unit_rows_pair(q.float(), k.float()).reshape(2 * b * h, n_q, d)
                 qn, kn = qk[: b * h], qk[b * h :]
             elif training:
@@ -190,7 +191,7 @@ class YOSO(Resampling, Backend):
                 kn = k.float().reshape(b * h, n_k, d)
         call = self._call(advance=True)
         with self.stage("hash"), torch.no_grad():
-            if training and q.shape == k.shape:  # one kernel call hashes both
+            if joint:  # one kernel call hashes both
                 codes = self.hash(qk, tau, call, copies=2)
                 q_codes, k_codes = codes[: b * h], codes[b * h :]
             else:

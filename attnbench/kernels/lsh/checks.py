@@ -31,3 +31,25 @@ def check_codes(read_codes: np.ndarray, write_codes: np.ndarray, tau: int) -> No
         read_codes.shape[0] == g and read_codes.shape[2] == m,
         f"read codes {read_codes.shape} and write codes {write_codes.shape} do not match",
     )
+
+
+def check_pairs(
+    read_codes, sorted_codes, order, read_unit, write_unit, read_a, write_a, weight, bound, out
+) -> None:
+    """pair_cumulation's arguments (CPU and CUDA alike): a weight and bound it knows, and
+    shapes that agree (codes [G, n_r, m], sorted codes and order [G, m, n_w], rows)."""
+    groups, n_r, m = read_codes.shape
+    n_w, d = write_unit.shape[1], write_unit.shape[2]
+    require(m >= 1, "need at least one hash")
+    require(bound >= 1, f"bound must be >= 1, got {bound}")
+    require(weight in (0, 1), f"weight must be 0 (lower) or 1 (exact), got {weight}")
+    for name, array, want in (
+        ("sorted_codes", sorted_codes, (groups, m, n_w)),
+        ("order", order, (groups, m, n_w)),
+        ("read_unit", read_unit, (groups, n_r, d)),
+        ("write_a", write_a, (groups, n_w, read_a.shape[2])),
+        ("read_a", read_a, (groups, n_r, write_a.shape[2])),
+        ("out", out, (groups, n_r, d)),
+    ):
+        shape = tuple(array.shape)
+        require(shape == want, f"{name} has shape {shape}, want {want}")

@@ -17,7 +17,7 @@ import numba
 import numpy as np
 from numba import float32, njit, prange, uint64
 
-from attnbench.kernels.lsh.checks import check, check_codes, require
+from attnbench.kernels.lsh.checks import check, check_codes, check_pairs, require
 from attnbench.kernels.lsh.core import (
     LONG_ROWS_BUDGET,
     ROWS_IN_L3,
@@ -563,27 +563,19 @@ def pair_cumulation(
     check(order, np.int32, 3)
     for array in (read_unit, write_unit, read_a, write_a, out):
         check(array, np.float32, 3)
-    groups, n_r, m = read_codes.shape
-    n_w = write_unit.shape[1]
     require(1 <= tau <= 30, f"tau must be in 1..30, got {tau}")
-    require(weight in (0, 1), f"weight must be 0 (lower) or 1 (exact), got {weight}")
-    require(bound >= 1, f"bound must be at least 1, got {bound}")
-    require(
-        sorted_codes.shape == order.shape == (groups, m, n_w),
-        f"sorted codes {sorted_codes.shape} and order {order.shape} do not match "
-        f"{groups} groups, {m} hashes, {n_w} write rows",
+    check_pairs(
+        read_codes,
+        sorted_codes,
+        order,
+        read_unit,
+        write_unit,
+        read_a,
+        write_a,
+        weight,
+        bound,
+        out,
     )
-    require(
-        read_unit.shape[:2] == (groups, n_r) and read_a.shape[:2] == (groups, n_r),
-        f"read rows {read_unit.shape}, {read_a.shape} do not match the read codes",
-    )
-    require(
-        write_a.shape[:2] == (groups, n_w) and read_a.shape[2] == write_a.shape[2],
-        f"write_a {write_a.shape} does not match read_a {read_a.shape} and the write rows",
-    )
-    require(read_unit.shape[2] == write_unit.shape[2], "read and write unit rows differ in d")
-    want = (groups, n_r, write_unit.shape[2])
-    require(out.shape == want, f"out is {out.shape}, expected {want}")
     _pair_cumulation(
         read_codes,
         sorted_codes,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from numba import boolean, cuda, float32, int32, int64
 
 from attnbench.kernels.lsh import core
+from attnbench.kernels.lsh.checks import check_pairs
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
 from attnbench.kernels.target import (  # noqa: F401  (block sizes: read by the tests)
     GPU_THREADS_PER_BLOCK,
@@ -516,20 +517,20 @@ def pair_cumulation(
     sorted_codes [G, m, n_w] (each hash's write codes ascending, order [G, m, n_w] their
     rows), sampled under `bound` as core.bound_stride says, with scale s_rf.
     """
-    groups, n_r, m = read_codes.shape
-    n_w, d = write_unit.shape[1], write_unit.shape[2]
-    if m < 1:
-        raise ValueError("need at least one hash")
-    if bound < 1:
-        raise ValueError(f"bound must be >= 1, got {bound}")
-    if weight not in (0, 1):
-        raise ValueError(f"weight must be 0 (lower) or 1 (exact), got {weight}")
-    _check_shape("sorted_codes", sorted_codes, (groups, m, n_w))
-    _check_shape("order", order, (groups, m, n_w))
-    _check_shape("read_unit", read_unit, (groups, n_r, d))
-    _check_shape("write_a", write_a, (groups, n_w, read_a.shape[2]))
-    _check_shape("read_a", read_a, (groups, n_r, write_a.shape[2]))
-    _check_shape("out", out, (groups, n_r, d))
+    check_pairs(
+        read_codes,
+        sorted_codes,
+        order,
+        read_unit,
+        write_unit,
+        read_a,
+        write_a,
+        weight,
+        bound,
+        out,
+    )
+    groups, n_r = read_codes.shape[:2]
+    d = write_unit.shape[2]
     threads = THREADS_PER_BLOCK
     if threads > PAIR_SLOTS:
         raise ValueError(f"pair cumulation blocks hold at most {PAIR_SLOTS} threads")
