@@ -2,7 +2,8 @@
 
 `write_reports(plots, out)` reads every result CSV in `plots` and writes one Markdown file per
 paper: `yoso-*.csv` and `cpu-time.csv` go to `yoso.md`, `scram-*.csv` to `scram.md`, and
-`field-*.csv` and `profile-*.csv` (the baselines side by side) to `field.md`. The output
+`field-*.csv` and `profile-*.csv` (the baselines side by side) to `field.md`, `gpu-*.csv` (runs
+on a GPU, named by it) to `gpu.md`. The output
 depends only on the CSVs and their `.env.json` sidecars (no clock, no machine state), so a
 test can regenerate it and compare it byte for byte with the committed files.
 """
@@ -22,11 +23,13 @@ REPORTS = {
     "yoso.md": ("yoso-", "cpu-time"),
     "scram.md": ("scram-",),
     "field.md": ("field-", "profile-"),
+    "gpu.md": ("gpu-",),
 }
 TITLES = {
     "yoso.md": "YOSO results",
     "scram.md": "SCRAM results",
     "field.md": "The field's efficient attentions",
+    "gpu.md": "On a GPU",
 }
 BASELINE = "sdpa"
 
