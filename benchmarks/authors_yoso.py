@@ -82,38 +82,39 @@ class Authors:
 
     def attention(self, q, k, v):
         """l2(YOSO(Q, K, V)) with their backward; Q and K normalised when training."""
-        authors = self
-
-        class Function(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v):
-                mask = torch.ones(q.shape[:2], dtype=torch.int32, device=q.device)
-                diags = authors.diagonals(q.shape[0], q.shape[2], q.device)
-                qc, kc = authors.codes(q, diags, mask), authors.codes(k, diags, mask)
-                ctx.save_for_backward(mask, qc, kc, q, k, v)
-                return authors.cumulation(qc, kc, v, mask, mask)
-
-            @staticmethod
-            def backward(ctx, grad):
-                mask, qc, kc, q, k, v = ctx.saved_tensors
-                grad = grad.contiguous()
-                tau, ext = authors.tau, authors.ext
-                dv = authors.cumulation(kc, qc, grad, mask, mask)
-                info, idx = ext["count_sort"].count_sort(
-                    mask, kc.transpose(-1, -2).contiguous(), 2**tau
-                )
-                weighted = ext["weighted_lsh_cumulation"]
-                dq = weighted.weighted_lsh_cumulation_sorted_key(
-                    mask, qc, info, idx, grad, v, q, k, k, min(1024, k.shape[1]), tau
-                )
-                dk = weighted.weighted_lsh_cumulation_sorted_query(
-                    info, idx, mask, qc, v, grad, k, q, q, min(1024, q.shape[1]), tau
-                )
-                return dq, dk, dv
-
         if torch.is_grad_enabled() and q.requires_grad:
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-        return F.normalize(Function.apply(q, k, v), dim=-1)
+        return F.normalize(AuthorsYOSO.apply(q, k, v, self), dim=-1)
+
+
+class AuthorsYOSO(torch.autograd.Function):
+    """Their autograd Function: fast hash, cumulation, and their eq. (3) backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, authors: Authors):
+        mask = torch.ones(q.shape[:2], dtype=torch.int32, device=q.device)
+        diags = authors.diagonals(q.shape[0], q.shape[2], q.device)
+        qc, kc = authors.codes(q, diags, mask), authors.codes(k, diags, mask)
+        ctx.save_for_backward(mask, qc, kc, q, k, v)
+        ctx.authors = authors
+        return authors.cumulation(qc, kc, v, mask, mask)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mask, qc, kc, q, k, v = ctx.saved_tensors
+        grad = grad.contiguous()
+        authors = ctx.authors
+        tau, ext = authors.tau, authors.ext
+        dv = authors.cumulation(kc, qc, grad, mask, mask)
+        info, idx = ext["count_sort"].count_sort(mask, kc.transpose(-1, -2).contiguous(), 2**tau)
+        weighted = ext["weighted_lsh_cumulation"]
+        dq = weighted.weighted_lsh_cumulation_sorted_key(
+            mask, qc, info, idx, grad, v, q, k, k, min(1024, k.shape[1]), tau
+        )
+        dk = weighted.weighted_lsh_cumulation_sorted_query(
+            info, idx, mask, qc, v, grad, k, q, q, min(1024, q.shape[1]), tau
+        )
+        return dq, dk, dv, None
 
 
 def checks(authors: Authors, n: int, groups: int, d: int) -> None:
@@ -161,8 +162,9 @@ def compare(authors: Authors, n: int, heads: int, d: int, backward: bool, rounds
     medians = {name: [] for name in calls}
     for r in range(rounds):  # alternate the order, so drift within a round hits both
         for name in list(calls) if r % 2 == 0 else reversed(list(calls)):
-            with torch.no_grad() if not backward else torch.enable_grad():
-                medians[name] += timed(calls[name], 1)
+            with torch.set_grad_enabled(backward):
+                timing = time_call(calls[name], "cuda", repeats=10, warmup=3, min_time_s=0.1)
+            medians[name].append(timing.median)
     return {name: statistics.median(ms) for name, ms in medians.items()}
 
 

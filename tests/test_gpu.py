@@ -14,16 +14,18 @@ from attnbench.measure.metrics import argmax_hit_rate
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def random_qkv(n, d, dv, seed=0):
+def _qkv(shape_qk, dv, seed, device="cuda", dtype=torch.float32):
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(1, 2, n, d), (1, 2, n, d), (1, 2, n, dv)]
-    return [torch.randn(s, generator=gen).cuda() for s in shapes]
+    b, h, n, d = shape_qk
+    q, k = (torch.randn(b, h, n, d, generator=gen) for _ in range(2))
+    v = torch.randn(b, h, n, dv, generator=gen)
+    return [t.to(device=device, dtype=dtype) for t in (q, k, v)]
 
 
 @pytest.mark.parametrize("n,d,dv", [(1, 8, 8), (37, 8, 8), (20, 5, 3), (9, 64, 70)])
 @pytest.mark.parametrize("hash_", ["fast", "gaussian"])
 def test_yoso_cuda_kernels_match_torch_reference(n, d, dv, hash_):
-    q, k, v = random_qkv(n, d, dv)
+    q, k, v = _qkv((1, 2, n, d), dv, seed=0)
     spec = f"yoso:m=7,tau=4,seed=3,hash={hash_}"
     kernels, torch_ref = get_backend(spec), get_backend(spec + ",impl=torch")
     assert kernels.impl("cuda") == "numba-cuda"
@@ -68,14 +70,6 @@ def test_window_softmax_cuda_equals_cpu_for_the_same_matches():
 
 
 # --- YOSO on a real GPU: what the simulator cannot show --------------------------------
-
-
-def _qkv(shape_qk, dv, seed, device="cuda", dtype=torch.float32):
-    gen = torch.Generator().manual_seed(seed)
-    b, h, n, d = shape_qk
-    q, k = (torch.randn(b, h, n, d, generator=gen) for _ in range(2))
-    v = torch.randn(b, h, n, dv, generator=gen)
-    return [t.to(device=device, dtype=dtype) for t in (q, k, v)]
 
 
 def _grads(spec, leaves, grad_out, mask=None):
