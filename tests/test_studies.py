@@ -1,5 +1,7 @@
 """The studies as a library: skip what cannot fit, record failures, stay reproducible."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -175,3 +177,36 @@ def test_error_study_fits_the_slope_against_log2_n_per_m():
     # the reference and backends compared with softmax get no slope
     exact = ErrorSpec(seqs=[16, 32], trials=1, backends=[get_backend("sdpa")])
     assert not [r for r in rows_of(runner.run(exact)) if "slope" in r.metric]
+
+
+@pytest.mark.parametrize("mode", ["fwdbwd", "bwd"])
+def test_a_training_call_starts_without_the_last_calls_gradients(mode):
+    """Each call leaves no gradients behind, so its measured peak (above what exists before
+    it) is that of the same work on leaves without gradients, not less what it frees of
+    the last call's gradients on entry."""
+    from attnbench.measure.memory import peak_memory
+    from attnbench.studies.time import _timed_call
+
+    backend = get_backend("softmax")
+    qkv = [torch.randn(1, 1, 256, 4096) for _ in range(3)]  # 4 MiB each
+    grad_out = torch.randn(1, 1, 256, 4096)
+    call = _timed_call(backend, qkv, mode, contextlib.nullcontext)
+    for _ in range(2):
+        call()
+
+    def plain():
+        """The same work on fresh leaves, prepared outside the measured call."""
+        leaves = [t.detach().requires_grad_(True) for t in qkv]
+        out = backend(*leaves) if mode == "bwd" else None
+
+        def run():
+            y = backend(*leaves) if out is None else out
+            y.backward(grad_out, retain_graph=True)
+            return leaves
+
+        return run
+
+    want = min(peak_memory(plain(), "cpu").bytes for _ in range(2))
+    got = [peak_memory(call, "cpu").bytes for _ in range(2)]
+    assert want >= 3 * qkv[0].numel() * 4
+    assert all(reading == pytest.approx(want, rel=0.1) for reading in got), (want, got)

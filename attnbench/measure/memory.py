@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from attnbench.measure import is_cuda
+from attnbench.measure.allocator import exact_peaks
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 PROC_STATUS = Path("/proc/self/status")
@@ -42,9 +43,10 @@ def peak_memory(fn: Callable[[], object], device: str) -> PeakMemory:
     if is_cuda(device):
         return _cuda_peak(fn, torch.device(device))
     _release_free_heap()
-    if _reset_high_water_mark():
-        return _vmhwm_peak(fn)
-    return _sampled_peak(fn)
+    with exact_peaks():
+        if _reset_high_water_mark():
+            return _vmhwm_peak(fn)
+        return _sampled_peak(fn)
 
 
 def available_bytes(device: str) -> int:

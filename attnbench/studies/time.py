@@ -209,6 +209,9 @@ def _timed_call(
     grad_out = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(qkv[0])
 
     def clear_grads():
+        """At the end of each call, so no call starts with the last one's gradients: its
+        peak is measured above what exists before it, and gradients it frees on entry
+        would hide as much of its own."""
         for t in leaves:
             t.grad = None
 
@@ -216,16 +219,16 @@ def _timed_call(
         out = backend(*leaves)
 
         def backward():
-            clear_grads()
             with marker():
                 out.backward(grad_out, retain_graph=True)
+            clear_grads()
 
         return backward
 
     def forward_backward():
-        clear_grads()
         out = backend(*leaves)
         with marker():
             out.backward(grad_out)
+        clear_grads()
 
     return forward_backward
