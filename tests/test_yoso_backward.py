@@ -12,7 +12,7 @@ from attnbench import get_backend
 from attnbench.backends.yoso_e import collision_probability
 from attnbench.kernels.lsh import dispatch
 from attnbench.kernels.lsh import reference as ref
-from attnbench.kernels.lsh.autograd import Gradient, LSHCumulation
+from attnbench.kernels.lsh.autograd import Gradient, LSHCumulation, NormalisedLSH
 from attnbench.kernels.lsh.core import STAR_CLIP
 
 OPS = {"torch": ref, "numba": dispatch.Kernels()}
@@ -191,3 +191,30 @@ def test_proj_is_reproducible_and_changes_with_the_call():
         runs.append(grads)
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
     assert not torch.equal(runs[0][0], runs[0][1])
+
+
+@pytest.mark.parametrize("impl", sorted(OPS))
+@pytest.mark.parametrize("kind", ["proj", "pairs", "star", "lsh", "dense", "expected"])
+def test_normalised_op_equals_the_normalisations_around_the_cumulation(impl, kind):
+    """NormalisedLSH on rows of any length (one zero row among them) is l2(C V) with C from
+    F.normalize-d rows: output and dQ, dK, dV equal autograd through F.normalize, then
+    LSHCumulation, then F.normalize, with the same codes and signs."""
+    gen = torch.Generator().manual_seed(3)
+    g, n_q, n_k, d, dv, m, tau = 2, 7, 9, 5, 4, 6, 2
+    q, k = (3 * torch.randn(g, n, d, generator=gen) for n in (n_q, n_k))
+    k[1, 4] = 0.0
+    v = torch.randn(g, n_k, dv, generator=gen)
+    grad_out = torch.randn(g, n_q, dv, generator=gen)
+    qc, kc = (codes((g, n, m), tau, gen) for n in (n_q, n_k))
+    signs = (2 * torch.randint(0, 2, (g, dv, m), generator=gen) - 1).float()
+    how = Gradient(kind, bound=10**6, signs=lambda: signs)
+    got, want = ([t.clone().requires_grad_(True) for t in (q, k, v)] for _ in range(2))
+    out = NormalisedLSH.apply(*got, qc, kc, tau, OPS[impl], how)
+    qn, kn = (F.normalize(t, dim=-1) for t in want[:2])
+    plain = F.normalize(LSHCumulation.apply(qn, kn, want[2], qc, kc, tau, OPS[impl], how), dim=-1)
+    assert torch.allclose(out, plain, rtol=1e-5, atol=1e-6)
+    out.backward(grad_out)
+    plain.backward(grad_out)
+    for a, b in zip(got, want, strict=True):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-5), (a.grad - b.grad).abs().max()
+        assert b.grad.abs().max() > 0

@@ -31,7 +31,6 @@ from attnbench.backends.registry import (
     tau_param,
 )
 from attnbench.backends.resampling import Resampling, resample_param
-from attnbench.backends.unit_rows import unit_rows, unit_rows_pair
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.kernels.lsh.autograd import (
     BACKWARDS,
@@ -39,7 +38,7 @@ from attnbench.kernels.lsh.autograd import (
     LINEAR,
     LSH_STAGES,
     Gradient,
-    LSHCumulation,
+    NormalisedLSH,
 )
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
 from attnbench.kernels.target import device_target
@@ -121,20 +120,16 @@ class YOSO(Resampling, Backend):
                 )
         return reasons
 
-    def draws(
-        self, groups: int, d: int, tau: int, device, call: int = 0, copies: int = 1
-    ) -> torch.Tensor:
+    def draws(self, groups: int, d: int, tau: int, device, call: int = 0) -> torch.Tensor:
         """The random projections or diagonals of draw `call`, drawn on the CPU from the
-        seed (so every device sees the same draws), kept for the latest call per shape;
-        `copies` > 1 repeats the G groups' draws (for rows of Q and K hashed together)."""
+        seed (so every device sees the same draws), kept for the latest call per shape."""
         m, fast = self.values["m"], hash_kind(self.values["hash"], d) == "fast"
         draw = reference.fast_diagonals if fast else reference.gaussian_projections
 
         def drawn(seed: int) -> torch.Tensor:
-            x = draw(groups, d, m, tau, seed)
-            return x.repeat(copies, *(1,) * (x.dim() - 1)).to(device)
+            return draw(groups, d, m, tau, seed).to(device)
 
-        return self._drawn((groups, d, tau, str(device), copies), call, drawn)
+        return self._drawn((groups, d, tau, str(device)), call, drawn)
 
     def signs(self, groups: int, d_v: int, device, call: int) -> torch.Tensor:
         """backward=proj's +-1 sign vectors [G, d_v, m] of draw `call`, drawn on `device`
@@ -148,12 +143,11 @@ class YOSO(Resampling, Backend):
         v = self.values
         return Gradient(v["backward"], v["bound"], lambda: self.signs(groups, d_v, device, call))
 
-    def hash(self, x: torch.Tensor, tau: int, call: int = 0, copies: int = 1) -> torch.Tensor:
+    def hash(self, x: torch.Tensor, tau: int, call: int = 0) -> torch.Tensor:
         """int32 codes [G, n, m] of rows x [G, n, d] (unit or not: signs of projections do
-        not depend on a row's length) under draw `call`; with `copies`,
-        x holds that many blocks of the same G / copies groups (Q's rows, then K's)."""
+        not depend on a row's length) under draw `call`."""
         kind, m = hash_kind(self.values["hash"], x.shape[-1]), self.values["m"]
-        draws = self.draws(x.shape[0] // copies, x.shape[-1], tau, x.device, call, copies)
+        draws = self.draws(x.shape[0], x.shape[-1], tau, x.device, call)
         if self.values["impl"] == "numba":
             return dispatch.hash_codes(x, draws, kind, tau, m)
         if kind == "fast":
@@ -162,55 +156,35 @@ class YOSO(Resampling, Backend):
 
     def codes(self, q, k, mask=None):
         """Hash codes of queries and keys, [B*H, n, m] each, from the draws of the last
-        forward (call 0's before any): the codes that forward used (a training forward hashes
-        the unit rows, which can differ only where a projection is within rounding of 0)."""
+        forward (call 0's before any): the codes that forward used."""
         b, h, _, d = k.shape
         tau = resolve_tau(self.values["tau"], k.shape[-2])
         call = self._call(advance=False)
-        qf, kf = (x.float().reshape(b * h, -1, d) for x in (q, k))  # as an inference forward
+        qf, kf = (x.float().reshape(b * h, -1, d) for x in (q, k))  # as the forward
         return self.hash(qf, tau, call), self.hash(kf, tau, call), tau
 
     def forward(self, q, k, v, mask=None):
         b, h, n_q, d = q.shape
         n_k, d_v = k.shape[-2], v.shape[-1]
         tau = resolve_tau(self.values["tau"], n_k)
-        with self.stage("normalise"):
+        with self.stage("normalise"):  # fp32 rows as they come: no unit rows (NormalisedLSH)
             if mask is not None:
                 v = v * token_mask(mask).to(v.dtype)  # masked keys add nothing to the tables
             vf = v.float().reshape(b * h, n_k, d_v)
-            training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-            joint = training and q.shape == k.shape
-            if joint:  # Q's and K's unit rows share one buffer
-                qk = unit_rows_pair(q.float(), k.float()).reshape(2 * b * h, n_q, d)
-                qn, kn = qk[: b * h], qk[b * h :]
-            elif training:
-                qn = unit_rows(q.float()).reshape(b * h, n_q, d)
-                kn = unit_rows(k.float()).reshape(b * h, n_k, d)
-            else:  # only the backward needs unit rows: codes do not depend on a row's length
-                qn = q.float().reshape(b * h, n_q, d)
-                kn = k.float().reshape(b * h, n_k, d)
+            qf = q.float().reshape(b * h, n_q, d)
+            kf = k.float().reshape(b * h, n_k, d)
         call = self._call(advance=True)
         with self.stage("hash"), torch.no_grad():
-            if joint:  # one kernel call hashes both
-                codes = self.hash(qk, tau, call, copies=2)
-                q_codes, k_codes = codes[: b * h], codes[b * h :]
-            else:
-                q_codes, k_codes = self.hash(qn, tau, call), self.hash(kn, tau, call)
+            q_codes, k_codes = self.hash(qf, tau, call), self.hash(kf, tau, call)
         if self.values["impl"] == "numba":  # hash tables are checked against free memory
             ops = dispatch.Kernels(free_bytes=available_bytes)
         else:
             ops = reference
-        with self.stage("cumulation"):
+        with self.stage("cumulation"):  # output_normalise is marked inside
             how = self.gradient(b * h, d_v, vf.device, call)
-            y = LSHCumulation.apply(qn, kn, vf, q_codes, k_codes, tau, ops, how, self.stage).view(
-                b, h, n_q, d_v
-            )
+            out = NormalisedLSH.apply(qf, kf, vf, q_codes, k_codes, tau, ops, how, self.stage)
         with self.stage("output_normalise"):
-            if torch.is_grad_enabled() and y.requires_grad:
-                out = unit_rows(y)
-            else:  # inference: normalise in place, one output-sized buffer less
-                out = y.div_(y.norm(dim=-1, keepdim=True).clamp_min_(1e-12))
-            return zero_masked_rows(out.to(v.dtype), mask)
+            return zero_masked_rows(out.view(b, h, n_q, d_v).to(v.dtype), mask)
 
     def attention_map(self, q, k, mask=None):
         """Empirical collision frequency: fraction of the m hashes where q_i and k_j collide,
@@ -223,17 +197,17 @@ class YOSO(Resampling, Backend):
         return freq
 
     def predicted_bytes(self, batch, heads, n, d, itemsize):
-        """Normalised Q and K, two code arrays, the output; tables are small next to these."""
+        """Two code arrays and four row-sized fp32 buffers (the output; in training dY, dQ
+        and dK beside it); tables are small next to these."""
         m = self.values["m"]
-        return batch * heads * n * (2 * d * 4 + 2 * m * 4 + 2 * d * 4)
+        return batch * heads * n * (2 * m * 4 + 4 * d * 4)
 
     def cost(self, shape: Shape) -> dict[str, Cost]:
         """Work per stage; G = B H planes, n rows, d, d_v, w bytes an element, tau resolved
         at n, 4-byte fp32 inside. One flop per elementwise op; an l2 normalisation is 3 per
         element (square, add, divide). Masks are not counted (Shape has none).
 
-        normalise (with a backward): 6 G n d; bytes (w + 4) G n (2d [+ d_v when w != 4: V's
-          fp32 copy]). Forward only: no unit rows, just the fp32 casts where w != 4,
+        normalise: no unit rows (NormalisedLSH), just the fp32 casts where w != 4,
           (w + 4) G n (2d + d_v) bytes.
         hash (Q and K): gaussian: matmul 2 * 2 G n d m tau; fast: P = ceil(m / (p // tau))
           transforms of the padded length p, each 3 Hadamards and 3 sign flips:
@@ -243,40 +217,41 @@ class YOSO(Resampling, Backend):
         cumulation, backward_dv: `_cumulation`. backward_dq, backward_dk: lsh: `_cumulation`
           weighted by d_v columns of vectors of width d, then the tau/2 scale; proj: a
           scaled `_cumulation` of width d, and in backward_dq the sign projections dY S
-          and V S, matmul 2 * 2 G n d_v m; pairs, star: `_pairs`.
+          and V S, matmul 2 * 2 G n d_v m, with 1/|q|, 1/|k| folded in, 2 G n m and
+          16 G n m bytes; pairs, star: `_pairs`.
         output_normalise: 3 G n d_v; bytes 8 G n d_v (+ (4 + w) G n d_v for the cast).
         backward_dense (dense|expected): matmul 4 G n^2 (d + d_v) (+ 2 G n^2 d for the
           cosines of expected); other G n^2 (2m + 3) (dense: m compares and adds, 1/m,
           tau/2, times C) or 7 G n^2 (expected: clamp, arccos, /pi, 1-, power, tau/2, times
           E); bytes one write and read of each n x n pass, as `_dense_backward`.
-        backward (autograd's rest): the l2 normalisations of Q, K and Y (`unit_rows`): per
-          row <u, g> as a batched product, matmul 2 G n (2d + d_v), then g - u <u, g> and
-          the division by the norm, 3 G n (2d + d_v); bytes 12 G n (2d + d_v) (gradient and
-          unit rows read, gradient written)."""
+        backward (the rest): the derivatives of the three l2 normalisations
+          (`autograd.off_the_row`): per row <x, g> as a batched product, matmul
+          2 G n (2d + d_v), g - x <x, g> 2 G n (2d + d_v), Y's division by its norm G n d_v,
+          the norms of Q and K 2 G n 2d; bytes 28 G n d_v (g and out read twice, dY
+          written, read and written) and 24 G n 2d (rows read for the norms, then gradient
+          and rows read twice, gradient written). The pair and dense kinds also
+          form unit rows and divide dQ_unit, dK_unit by the norms: 2 G n 2d, 16 G n 2d bytes."""
         v = self.values
         g, n, d, dv, w = shape.planes, shape.n, shape.dim, shape.dv, shape.itemsize
         tau = resolve_tau(v["tau"], n)
         cast = (w + FLOAT) if w != FLOAT else 0
         costs = {}
         if shape.forward:
-            if shape.backward:  # unit rows of Q and K, for the backward
-                costs["normalise"] = Cost(
-                    other_flops=6.0 * g * n * d,
-                    bytes=(w + FLOAT) * 2.0 * g * n * d + cast * g * n * dv,
-                )
-            else:  # inference hashes the rows as they come: only casts to fp32
-                costs["normalise"] = Cost(bytes=cast * g * n * (2 * d + dv))
+            costs["normalise"] = Cost(bytes=cast * g * n * (2 * d + dv))  # fp32 casts only
             costs["hash"] = self._hash_cost(shape, tau)
             costs["cumulation"] = self._cumulation(shape, tau, dv)
             costs["output_normalise"] = Cost(
                 other_flops=3.0 * g * n * dv, bytes=(2 * FLOAT + cast) * g * n * dv
             )
         if shape.backward:
-            rows = g * n * (2 * d + dv)
-            costs["backward"] = Cost(
-                matmul_flops=2.0 * rows, other_flops=3.0 * rows, bytes=3.0 * FLOAT * rows
-            )
             kind = v["backward"]
+            rows, rows_qk = g * n * (2 * d + dv), g * n * 2 * d
+            unit = kind != "proj"  # unit rows formed, dQ_unit and dK_unit divided
+            costs["backward"] = Cost(
+                matmul_flops=2.0 * rows,
+                other_flops=2.0 * rows + g * n * dv + (4.0 if unit else 2.0) * rows_qk,
+                bytes=FLOAT * (7.0 * g * n * dv + (10.0 if unit else 6.0) * rows_qk),
+            )
             if kind in LINEAR:
                 dv_stage, dq_stage, dk_stage = LSH_STAGES
                 costs[dv_stage] = self._cumulation(shape, tau, dv)
@@ -288,7 +263,8 @@ class YOSO(Resampling, Backend):
                     m = v["m"]
                     signs = Cost(
                         matmul_flops=2 * matmul(g, n, dv, m),
-                        bytes=FLOAT * (2.0 * g * n * dv + g * dv * m + 2.0 * g * n * m),
+                        other_flops=2.0 * g * n * m,
+                        bytes=FLOAT * (2.0 * g * n * dv + g * dv * m + 6.0 * g * n * m),
                     )
                     costs[dq_stage], costs[dk_stage] = signs + scaled, scaled
                 else:

@@ -19,7 +19,9 @@ computed by one of:
   "expected": eq. (4) with E = (1 - theta/pi)^tau instead of C (O(n^2)).
 "pairs" and "star" visit at most `bound` write rows of a bucket per read row and hash;
 larger buckets are subsampled with a stride and reweighted (core.bound_stride).
-Autograd handles the normalisations of Q, K and the output around this op.
+`LSHCumulation` takes unit rows and leaves the normalisations of Q, K and the output to
+autograd; `NormalisedLSH`, what the backend runs, takes rows of any length and does all
+three inside, keeping neither the unit rows nor Y before its normalisation.
 
 The caller may pass `stage(name)`, a context manager factory, to mark the backward's parts
 in profiler traces: LSH_STAGES for "lsh", DENSE_STAGE otherwise. The names are this op's
@@ -44,6 +46,7 @@ PAIR_WEIGHTS = {"pairs": "lower", "star": "exact"}
 LSH_STAGES = ("backward_dv", "backward_dq", "backward_dk")
 # ... or the one dense n x n computation of all three.
 DENSE_STAGE = "backward_dense"
+EPS = 1e-12  # rows shorter than this are divided by EPS instead (zero rows), as F.normalize
 
 
 def no_stage(name: str) -> contextlib.AbstractContextManager:
@@ -75,22 +78,106 @@ class LSHCumulation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         q, k, v, q_codes, k_codes = ctx.saved_tensors
-        tau, ops, stage, how = ctx.tau, ctx.ops, ctx.stage, ctx.backward
+        needs = ctx.needs_input_grad[:3]
+        dq, dk, dv = _gradients(
+            q, k, v, q_codes, k_codes, dy.contiguous(), ctx.tau, ctx.ops, ctx.backward, ctx.stage,
+            needs,
+        )  # fmt: skip
+        # no gradient for the codes, tau, ops, the backward's kind or the marker
+        return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
+
+
+class NormalisedLSH(torch.autograd.Function):
+    """N-YOSO's core as one op: out = l2(C V) for rows q, k of any length (codes do not
+    depend on a row's length), so neither unit rows of Q and K nor Y before its
+    normalisation are kept; the backward applies the normalisations' derivatives in place.
+
+    For "proj" the unit rows are never formed: 1/|q_i| and 1/|k_j| are folded into its row
+    scales, which gives dQ_unit / |q| and dK_unit / |k| directly. The other kinds build the
+    unit rows in the backward and call LSHCumulation's gradients."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, q_codes, k_codes, tau, ops, backward, stage=no_stage):
+        """q, k [G, n, d] rows; v [G, n, d_v]; the rest as LSHCumulation.forward."""
+        y = ops.cumulation(q_codes, k_codes, v, tau)
+        with stage("output_normalise"):
+            norm = row_norms(y)
+            out = y.div_(norm)
+        ctx.save_for_backward(q, k, v, q_codes, k_codes, out, norm)
+        if isinstance(backward, str):
+            backward = Gradient(backward)
+        ctx.tau, ctx.ops, ctx.backward, ctx.stage = tau, ops, backward, stage
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, q_codes, k_codes, out, norm = ctx.saved_tensors
+        tau, ops, how, stage = ctx.tau, ctx.ops, ctx.backward, ctx.stage
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        dy = dy.contiguous()
-        if how.kind in LINEAR:
-            dq = dk = dv = None
+        dy = off_the_row(grad.contiguous(), out).div_(norm)  # through out = y / |y|
+        q_norm, k_norm = row_norms(q), row_norms(k)
+        dq = dk = dv = None
+        if how.kind == "proj":
+            a = b = None
+            if need_q or need_k:
+                with stage(LSH_STAGES[1]):
+                    a, b = _projections(dy, v, tau, how)
+                    a.div_(q_norm)
+                    b.div_(k_norm)
             if need_v:
                 with stage(LSH_STAGES[0]):
                     dv = ops.cumulation(k_codes, q_codes, dy, tau)
-            if need_q or need_k:
-                grad = _LINEAR_GRADIENTS[how.kind]
-                dq, dk = grad(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k)
+            del dy  # the largest buffer the rest does not need
+            if need_q:
+                with stage(LSH_STAGES[1]):
+                    dq = ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
+            if need_k:
+                with stage(LSH_STAGES[2]):
+                    dk = ops.scaled_cumulation(k_codes, q_codes, q, a, b, tau)
         else:
-            with stage(DENSE_STAGE):
-                dq, dk, dv = dense_backward(q, k, v, q_codes, k_codes, dy, tau, how.kind)
-        # no gradient for the codes, tau, ops, the backward's kind or the marker
+            q_unit, k_unit = q / q_norm, k / k_norm
+            dq, dk, dv = _gradients(
+                q_unit, k_unit, v, q_codes, k_codes, dy, tau, ops, how, stage,
+                (need_q, need_k, need_v),
+            )  # fmt: skip
+            dq = None if dq is None else dq.div_(q_norm)
+            dk = None if dk is None else dk.div_(k_norm)
+        # dx = (g - u <u, g>) / |x| with g / |x| in hand: subtract its part along x
+        dq = None if dq is None else off_the_row(dq, q, q_norm, out=dq)
+        dk = None if dk is None else off_the_row(dk, k, k_norm, out=dk)
         return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
+
+
+def row_norms(x: torch.Tensor) -> torch.Tensor:
+    """|x| per row [..., 1], at least EPS (as F.normalize)."""
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(EPS)
+
+
+def off_the_row(g, x, norm=None, out=None):
+    """g - x <x, g> / |x|^2 (|x| = `norm`, or 1 when x is a unit row): g less its component
+    along x, the derivative of x / |x| applied to g (times |x|); into `out` if given."""
+    along = (g.unsqueeze(-2) @ x.unsqueeze(-1)).squeeze(-1)  # <x, g> per row
+    if norm is not None:
+        along.div_(norm).div_(norm)
+    if out is None:
+        return torch.addcmul(g, x, along, value=-1.0)
+    return out.addcmul_(x, along, value=-1.0)
+
+
+def _gradients(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, needs):
+    """dQ, dK, dV of LSHCumulation (unit rows q, k) by the backward `how` names."""
+    need_q, need_k, need_v = needs
+    if how.kind in LINEAR:
+        dq = dk = dv = None
+        if need_v:
+            with stage(LSH_STAGES[0]):
+                dv = ops.cumulation(k_codes, q_codes, dy, tau)
+        if need_q or need_k:
+            grad = _LINEAR_GRADIENTS[how.kind]
+            dq, dk = grad(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k)
+        return dq, dk, dv
+    with stage(DENSE_STAGE):
+        return dense_backward(q, k, v, q_codes, k_codes, dy, tau, how.kind)
 
 
 def _lsh(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
@@ -105,13 +192,18 @@ def _lsh(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
     return dq, dk
 
 
+def _projections(dy, v, tau, how):
+    """[G, n, m] each: tau/2 s_f . dY_i and s_f . V_j, with the signs s_f of `how`
+    (tau/2 here, so no gradient is copied to scale it)."""
+    signs = how.signs().to(dy.device, dy.dtype)
+    return (dy @ signs).mul_(tau / 2), v @ signs
+
+
 def _proj(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
     """dQ, dK of eq. (4) with <dY_i, V_j> estimated per hash by random sign projections."""
     dq = dk = None
     with stage(LSH_STAGES[1]):
-        signs = how.signs().to(dy.device, dy.dtype)
-        # [G, n, m]: tau/2 s_f . dY_i and s_f . V_j (tau/2 here, so no gradient is copied)
-        a, b = (dy @ signs).mul_(tau / 2), v @ signs
+        a, b = _projections(dy, v, tau, how)
         if need_q:
             dq = ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
     if need_k:
