@@ -45,6 +45,11 @@ def test_specs_name_every_parameter(spec, canonical):
         ("yoso-x", "bad m"),
         ("yoso:m", "key=value"),
         ("softmax-3", "unknown backend"),
+        ("yoso32", "did you mean 'yoso-32'"),
+        ("nystromformr", "did you mean 'nystromformer'"),
+        ("yoso:m=8,m=16", "m is set twice"),
+        ("yoso-32:m=16", "m is set by the name 'yoso-32' and again"),
+        ("yoso:tau=4,seed=1,tau=4", "tau is set twice"),
         ("", "empty"),
     ],
 )

@@ -7,6 +7,7 @@ spelled out) names the backend in result rows, so a row says exactly what ran.
 
 from __future__ import annotations
 
+import difflib
 import math
 import warnings
 from collections.abc import Callable
@@ -277,7 +278,20 @@ def _find_class(name: str) -> tuple[type[Backend], dict[str, str]]:
     base, dash, value = name.rpartition("-")
     if dash and base in classes and classes[base].shorthand:
         return classes[base], {classes[base].shorthand: value}
-    raise UsageError(f"unknown backend {name!r}; valid: {', '.join(classes)}")
+    hint = _nearest(name, classes)
+    hint = f"did you mean {hint!r}? " if hint else ""
+    raise UsageError(f"unknown backend {name!r}; {hint}valid: {', '.join(classes)}")
+
+
+def _nearest(name: str, classes: dict[str, type[Backend]]) -> str | None:
+    """The valid name a typo most likely meant: a shorthand with its dash left out
+    ("yoso32" -> "yoso-32"), else the closest backend name, if any is close."""
+    digits = len(name) - len(name.rstrip("0123456789"))
+    base, value = name[: len(name) - digits], name[len(name) - digits :]
+    if digits and base in classes and classes[base].shorthand:
+        return f"{base}-{value}"
+    close = difflib.get_close_matches(name, list(classes), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def get_backend(spec: str) -> Backend:
@@ -286,11 +300,16 @@ def get_backend(spec: str) -> Backend:
         raise UsageError("empty backend name")
     name, _, rest = spec.strip().partition(":")
     cls, raw = _find_class(name.strip())
+    by_name = set(raw)  # the shorthand's parameter, set by the name ("yoso-32": m)
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, eq, text = item.partition("=")
         if not eq:
             raise UsageError(f"backend {spec!r}: expected key=value, got {item!r}")
-        raw[key.strip()] = text.strip()
+        key = key.strip()
+        if key in raw:
+            how = f"by the name {name.strip()!r} and again" if key in by_name else "twice"
+            raise UsageError(f"backend {spec!r}: {key} is set {how}; set it once")
+        raw[key] = text.strip()
     values = {}
     for key, text in raw.items():
         if key not in cls.params:
