@@ -568,6 +568,30 @@ def test_run_refuses_a_command_profiles_cannot_drive(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('command = "time"\nfoo = 1\n', "unknown key 'foo' (a profile has: command, options)"),
+        ('command = "time"\nprofile = "other.toml"\n', "unknown key 'profile'"),
+        ('command = "time"\n[options]\nseq = true\n', "seq takes a value, not true or false"),
+    ],
+)
+def test_run_refuses_what_a_profile_cannot_mean(tmp_path, text, fragment):
+    (tmp_path / "p.toml").write_text(text)
+    result = invoke("run", tmp_path / "p.toml")
+    assert result.exit_code == 2 and fragment in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("value", "flag"), [("true", ["--isolate"]), ("false", ["--no-isolate"])])
+def test_profile_flags_are_true_or_false(tmp_path, value, flag):
+    (tmp_path / "p.toml").write_text(f'command = "time"\n[options]\nisolate = {value}\n')
+    argv = profiles.profile_argv(tmp_path / "p.toml")
+    assert argv == ["time", *flag]
+    params = typer.main.get_command(cli.app).commands["time"].make_context("time", argv[1:]).params
+    assert params["isolate"] is (value == "true")
+
+
+@pytest.mark.parametrize(
     "profile", sorted((Path(__file__).parents[1] / "profiles").glob("*.toml")), ids=lambda p: p.name
 )
 def test_shipped_profiles_parse_into_valid_commands(profile):

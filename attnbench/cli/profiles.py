@@ -9,6 +9,7 @@ from attnbench.cli import core
 from attnbench.errors import UsageError
 
 PROFILE_COMMANDS = ("time", "error", "maps", "model", "profile")
+PROFILE_KEYS = ("command", "options")
 
 
 @core.app.command("run")
@@ -30,6 +31,10 @@ def profile_argv(profile: Path) -> list[str]:
         doc = tomllib.loads(profile.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{profile}: not valid TOML ({exc})") from None
+    unknown = sorted(set(doc) - set(PROFILE_KEYS))
+    if unknown:
+        valid = ", ".join(PROFILE_KEYS)
+        raise UsageError(f"{profile}: unknown key {unknown[0]!r} (a profile has: {valid})")
     command = doc.get("command")
     if command not in PROFILE_COMMANDS:
         valid = ", ".join(f'"{c}"' for c in PROFILE_COMMANDS)
@@ -39,8 +44,21 @@ def profile_argv(profile: Path) -> list[str]:
         raise UsageError(f"{profile}: [options] must be a table of option = value")
     from attnbench.cli.parse import check_option_keys
 
-    check_option_keys(options, typer.main.get_command(core.app).commands[command], str(profile))
+    click_command = typer.main.get_command(core.app).commands[command]
+    check_option_keys(options, click_command, str(profile))
     argv = [command]
     for key, value in options.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
+        name = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool):  # a flag: `isolate = true` is --isolate, false --no-isolate
+            argv += _flag(click_command, name, value, str(profile))
+        else:
+            argv += [name, str(value)]
     return argv
+
+
+def _flag(command, name: str, on: bool, where: str) -> list[str]:
+    """The arguments that turn the flag `name` on, or off (its --no- form)."""
+    param = next(p for p in command.params if name in p.opts)
+    if not getattr(param, "is_flag", False):
+        raise UsageError(f"{where}: {name[2:]} takes a value, not true or false")
+    return [name] if on else list(param.secondary_opts[:1])
