@@ -1,6 +1,6 @@
 import pytest
 
-from attnbench.cli.parse import output_path, parse_sizes
+from attnbench.cli.parse import output_path, parse_grids, parse_sizes
 from attnbench.errors import UsageError
 
 
@@ -13,7 +13,7 @@ from attnbench.errors import UsageError
         ("64..4096", [64, 128, 256, 512, 1024, 2048, 4096]),
         ("512..16384", [512, 1024, 2048, 4096, 8192, 16384]),
         ("1k..4k", [1024, 2048, 4096]),
-        ("100..1000", [100, 200, 400, 800]),
+        ("100..800", [100, 200, 400, 800]),
         ("8..8", [8]),
         ("64, 32,64", [64, 32]),
         ("32..128,256", [32, 64, 128, 256]),
@@ -37,6 +37,8 @@ def test_parse_sizes(text, expected):
         ("8..", "cannot read"),
         ("1.5k", "cannot read"),
         ("0..8", "positive"),
+        ("1000..5000", r"does not end on its doubling ladder \(1000, 2000, 4000, 8000\)"),
+        ("256..300", r"ladder \(256, 512\)"),
     ],
 )
 def test_parse_sizes_rejects(text, fragment):
@@ -215,3 +217,26 @@ def test_profile_keys_are_checked_against_the_command_s_own_options():
         check_option_keys(["seq", "help"], commands["time"], "p.toml")
     with pytest.raises(UsageError, match="'mc_seeds' is not an option of `time`"):
         check_option_keys(["mc_seeds"], commands["time"], "p.toml")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("32x32..128x128", [(32, 32), (64, 64), (128, 128)]),
+        ("1x64..1x256", [(1, 64), (1, 128), (1, 256)]),
+        ("32x64..128x256", [(32, 64), (64, 128), (128, 256)]),
+        ("16x16..16x16", [(16, 16)]),
+    ],
+)
+def test_parse_grid_ranges(text, expected):
+    assert parse_grids(text, "--grid") == expected
+
+
+@pytest.mark.parametrize(
+    "text, ladder",
+    [("32x32..100x100", "32x32, 64x64, 128x128"), ("32x32..256x128", "128x128, 256x256")],
+)
+def test_a_grid_range_must_end_on_its_ladder(text, ladder):
+    with pytest.raises(UsageError, match="does not end on its doubling ladder") as info:
+        parse_grids(text, "--grid")
+    assert ladder in str(info.value)

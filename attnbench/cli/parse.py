@@ -51,7 +51,8 @@ def _number(text: str, option: str) -> int:
 def parse_sizes(text: str, option: str) -> list[int]:
     """A comma list of sizes or doubling ranges: "4096", "1k,4k,16k", "512..16384", "8..128".
 
-    A range a..b means a, 2a, 4a, ... up to b. Duplicates are dropped, order kept.
+    A range a..b means a, 2a, 4a, ..., b, and b must be on that ladder: an end between two
+    rungs is refused rather than silently dropped. Duplicates are dropped, order kept.
     """
     if text is None or not text.strip():
         raise UsageError(f"{option}: empty value")
@@ -64,10 +65,12 @@ def parse_sizes(text: str, option: str) -> list[int]:
             start, end = _number(start_text, option), _number(end_text, option)
             if start > end:
                 raise UsageError(f"{option}: range {item.strip()} is empty (start > end)")
-            value = start
-            while value <= end:
-                sizes.append(value)
-                value *= 2
+            ladder = [start]
+            while ladder[-1] < end:
+                ladder.append(ladder[-1] * 2)
+            if ladder[-1] != end:
+                _off_the_ladder(item, option, ", ".join(map(str, ladder)))
+            sizes += ladder
         else:
             sizes.append(_number(item, option))
     return list(dict.fromkeys(sizes))
@@ -75,8 +78,8 @@ def parse_sizes(text: str, option: str) -> list[int]:
 
 def parse_grids(text: str, option: str) -> list[tuple[int, int]]:
     """Image sizes "HxW": "128x128", a list "32x32,64x48", or a doubling range "32x32..256x256"
-    (each side that grows is doubled every step, up to the end; "1x64..1x256" keeps H = 1).
-    Duplicates are dropped, order kept."""
+    (each side that grows is doubled every step, up to the end, which both sides must reach
+    together; "1x64..1x256" keeps H = 1). Duplicates are dropped, order kept."""
     if text is None or not text.strip():
         raise UsageError(f"{option}: empty value")
     grids: list[tuple[int, int]] = []
@@ -89,14 +92,24 @@ def parse_grids(text: str, option: str) -> list[tuple[int, int]]:
             if h > h_end or w > w_end:
                 raise UsageError(f"{option}: range {item.strip()} is empty (start > end)")
             grow_h, grow_w = (2 if h < h_end else 1), (2 if w < w_end else 1)
-            while h <= h_end and w <= w_end:
-                grids.append((h, w))
-                if grow_h == grow_w == 1:
-                    break
+            ladder = [(h, w)]
+            while ladder[-1] != (h_end, w_end) and h * grow_h <= h_end and w * grow_w <= w_end:
                 h, w = grow_h * h, grow_w * w
+                ladder.append((h, w))
+            if ladder[-1] != (h_end, w_end):
+                rungs = ladder + [(grow_h * h, grow_w * w)]
+                _off_the_ladder(item, option, ", ".join(f"{a}x{b}" for a, b in rungs))
+            grids += ladder
         else:
             grids.append(_grid(item, option))
     return list(dict.fromkeys(grids))
+
+
+def _off_the_ladder(item: str, option: str, ladder: str) -> None:
+    raise UsageError(
+        f"{option}: range {item.strip()} does not end on its doubling ladder ({ladder}); "
+        "end it on a rung, or list the sizes with commas"
+    )
 
 
 def _grid(text: str, option: str) -> tuple[int, int]:
