@@ -97,6 +97,30 @@ def test_a_truncated_result_file_is_an_error_not_skipped(tmp_path):
     assert "truncated" in result.output
 
 
+def test_report_refuses_what_would_write_nothing_true(tmp_path):
+    """No CSVs: refused (the reports would be emptied), old reports untouched; a folder
+    inside a missing one: refused as for every output; an unreadable CSV is named."""
+    plots, out = tmp_path / "plots", tmp_path / "docs"
+    plots.mkdir()
+    out.mkdir()
+    (out / "yoso.md").write_text("kept")
+    cases = [
+        (["--plots", str(plots), "--out", str(out)], "no result CSVs"),
+        (["--plots", str(plots), "--out", str(tmp_path / "a" / "b")], "does not exist"),
+    ]
+    for args, fragment in cases:
+        if fragment == "does not exist":
+            pd.DataFrame(_time_rows(64, "sdpa", 4.0)).to_csv(plots / "yoso-t.csv", index=False)
+        result = CliRunner().invoke(app, ["report", *args])
+        lines = result.stderr.splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and fragment in lines[0], lines
+    assert (out / "yoso.md").read_text() == "kept"
+    assert not (tmp_path / "a").exists()
+    (plots / "yoso-bin.csv").write_bytes(b"\xff\xfe\x00 not text")
+    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(out)])
+    assert result.exit_code == 2 and "yoso-bin.csv" in result.stderr, result.stderr
+
+
 def test_synthetic_model_table(tmp_path):
     base = dict(study="model", backend="yoso-32", seq=512, inputs="random", mode="train")
     rows = [

@@ -259,6 +259,25 @@ def test_plot_of_a_truncated_csv_is_one_error_line(good_csv, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("version", "fragment"), [("99", "schema_version 99"), ("x", "'x'")])
+@pytest.mark.parametrize("command", ["plot", "compare"])
+def test_a_schema_this_version_does_not_know_is_one_error_line(
+    good_csv, tmp_path, version, fragment, command
+):
+    df = pd.read_csv(good_csv)
+    df["schema_version"] = version
+    df.to_csv(good_csv, index=False)
+    with pytest.raises(ValueError, match=fragment):
+        read_rows(good_csv)
+    args = [str(good_csv), "-o", str(tmp_path / "f.png")] if command == "plot" else []
+    if command == "compare":
+        args = [str(good_csv), str(good_csv)]
+    result = CliRunner().invoke(cli.app, [command, *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], lines
+
+
 def test_rows_frame_has_the_written_columns():
     frame = rows_frame([make_row(), yoso_row()])
     assert list(frame.columns[: len(COLUMNS)]) == COLUMNS and "m" in frame

@@ -5,6 +5,7 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import core, options, shared
+from attnbench.cli.parse import writable_file
 from attnbench.errors import UsageError
 
 
@@ -97,8 +98,12 @@ def report_cmd(
 
     if not plots.is_dir():
         raise UsageError(f"{plots}: no such folder")
+    if not any(plots.glob("*.csv")):
+        raise UsageError(f"{plots}: no result CSVs to report on (the reports would be empty)")
     if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: not a folder")
+        raise UsageError(f"--out: {out} is not a folder")
+    if not out.exists():  # as every other output: the folder it goes in must exist
+        writable_file(out, "--out")
     try:
         written = write_reports(plots, out)
     except ValueError as exc:

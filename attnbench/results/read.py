@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnbench.results.schema import COLUMNS, DEFAULTS, INT_COLUMNS, as_samples
+from attnbench.results.schema import (
+    COLUMNS,
+    DEFAULTS,
+    INT_COLUMNS,
+    SCHEMA_VERSION,
+    as_samples,
+)
 
 
 def read_rows(path: Path) -> pd.DataFrame:
@@ -35,7 +41,27 @@ def read_rows(path: Path) -> pd.DataFrame:
     missing = [c for c in ("study", "backend", "seq", "metric", "value", "status") if c not in df]
     if missing:
         raise ValueError(f"{path} is not an attnbench result file (missing {', '.join(missing)})")
+    _check_schema(df, path)
     return _as_v2(df)
+
+
+def _check_schema(df: pd.DataFrame, path: Path) -> None:
+    """Refuse rows of a schema this version does not know: a newer one may mean other
+    things by the same columns, so reading it as ours could silently mix meanings."""
+    if "schema_version" not in df:
+        return  # schema 1 wrote none
+    raw = df["schema_version"]
+    versions = pd.to_numeric(raw, errors="coerce")
+    bad = raw[versions.isna() & raw.notna()]
+    if len(bad):
+        raise ValueError(f"{path.name}: schema_version {bad.iloc[0]!r} is not a number")
+    newest = versions.max()
+    if newest > SCHEMA_VERSION or versions.min() < 1:
+        odd = newest if newest > SCHEMA_VERSION else versions.min()
+        raise ValueError(
+            f"{path.name}: schema_version {odd:g} is not one this attnbench reads "
+            f"(1..{SCHEMA_VERSION}); a newer attnbench wrote it, or it was edited"
+        )
 
 
 def _check_complete(text: str, path: Path) -> None:

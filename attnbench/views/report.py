@@ -75,7 +75,10 @@ def render_report(report: str, csvs: list[Path]) -> str:
             frame = read_rows(path)
         except ValueError as exc:
             if "not an attnbench result file" not in str(exc):
-                raise  # a result file cut short or garbled: never drop it silently
+                # a result file cut short or garbled: never drop it silently; name it
+                if path.name in str(exc):
+                    raise
+                raise ValueError(f"{path.name}: {exc}") from None
             other.append(path.name)
             continue
         lines += render_file(path, frame)
