@@ -134,16 +134,21 @@ with ResultSink({"command": "attnbench sweep", "torch": "t"}, csv, js) as sink:
 )
 
 # Holds the sink on one CSV until its stdin closes.
-HOLD = """
+HOLD = (
+    """
 import sys
 from pathlib import Path
 
 from attnbench.results.sink import ResultSink
-
-with ResultSink({"command": "attnbench time --holder"}, Path(sys.argv[1])):
+"""
+    + CASE_ROWS
+    + """
+with ResultSink({"command": "attnbench time --holder"}, Path(sys.argv[1])) as sink:
+    sink.add_case(case_rows(0))
     print("ready", flush=True)
     sys.stdin.read()
 """
+)
 
 
 def make_row(seq=64, metric="time_ms", case_id="", status="ok", **fields) -> Row:
@@ -247,10 +252,12 @@ def test_every_file_reaches_the_disk_before_it_is_relied_on(tmp_path, monkeypatc
     monkeypatch.setattr(os, "pwrite", pwrite)
     outputs = ("r.csv", "r.json")
     with ResultSink(ENV, tmp_path / "r.csv", tmp_path / "r.json") as sink:
+        assert not [e for e in events if e[0] == "replace"]  # nothing before the first case
+        sink.add_case(case_rows("a"))  # which writes every file whole
         replaced = [e for e in events if e[0] == "replace"]
         assert {dst for _, dst, _ in replaced} == {"r.csv", "r.json", "r.env.json"}
         assert all(synced for _, _, synced in replaced), replaced
-        for case in ("a", "b"):
+        for case in ("b", "c"):  # appended
             events.clear()
             sink.add_case(case_rows(case))
             on_output = [e for e in events if e[1] in outputs]
@@ -394,18 +401,18 @@ def test_a_failed_write_is_one_error_and_keeps_the_committed_cases(
 def test_full_disk_in_a_run_is_one_error_line(tmp_path, monkeypatch):
     writes = []
 
-    def failing_third_csv_write(write):  # the open, the first case, then the second case
+    def failing_second_csv_write(write):  # the first case (the whole file), then the second
         def wrapped(path, *args):
             writes.append(path)
-            if path.suffix == ".csv" and len([p for p in writes if p.suffix == ".csv"]) == 3:
+            if path.suffix == ".csv" and len([p for p in writes if p.suffix == ".csv"]) == 2:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return write(path, *args)
 
         return wrapped
 
     # a case is written whole (a temp file) or appended, whichever the sink needs
-    monkeypatch.setattr(results, "write_temp", failing_third_csv_write(results.write_temp))
-    monkeypatch.setattr(results, "write_at", failing_third_csv_write(results.write_at))
+    monkeypatch.setattr(results, "write_temp", failing_second_csv_write(results.write_temp))
+    monkeypatch.setattr(results, "write_at", failing_second_csv_write(results.write_at))
     csv = tmp_path / "r.csv"
     result = CliRunner().invoke(cli.app, [*TIME, "--csv", str(csv)])
     assert result.exit_code == 2, result.output
@@ -688,3 +695,29 @@ def test_file_names_keep_room_for_their_temp_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [longest.name, longest.with_suffix(".env.json").name]
     )
+
+
+@pytest.mark.parametrize("outputs", ["csv", "json", "both"])
+def test_an_older_file_stays_whole_until_the_first_case_replaces_it(tmp_path, outputs):
+    """Without --resume, a run interrupted before its first case leaves the older files as
+    they were; its first case replaces them whole; a run that ends with no case leaves
+    empty files."""
+    csv = tmp_path / "r.csv" if outputs != "json" else None
+    js = tmp_path / "r.json" if outputs != "csv" else None
+    with ResultSink(ENV, csv, js) as sink:
+        sink.add_case(case_rows("old-1"))
+        sink.add_case(case_rows("old-2"))
+    files = [p for p in (csv, js, csv and results.env_sidecar(csv)) if p is not None]
+    before = {p: p.read_bytes() for p in files}
+    with pytest.raises(KeyboardInterrupt), ResultSink(ENV, csv, js):
+        raise KeyboardInterrupt
+    assert {p: p.read_bytes() for p in files} == before
+    with pytest.raises(KeyboardInterrupt), ResultSink(ENV, csv, js) as sink:
+        sink.add_case(case_rows("new"))
+        raise KeyboardInterrupt
+    for path in (p for p in (csv, js) if p is not None):
+        assert set(read_rows(path)["case_id"]) == {"new"}
+    with ResultSink(ENV, csv, js):
+        pass
+    assert csv is None or read_rows(csv).empty
+    assert js is None or json.loads(js.read_text())["rows"] == []

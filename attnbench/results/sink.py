@@ -9,8 +9,12 @@ Invariants, and why they hold:
   that fails (a full disk) cuts every file back to what it held before the case. Only SIGKILL
   (or a power cut) between the two files leaves the JSON one case behind the CSV, and
   `resume` reads the CSV.
-- A commit writes only its case, so a sweep writes each byte about once. Opening the sink
-  writes every file whole (temp file + rename); so does, rarely, a case that brings a column
+- A run's outputs replace older files only whole, with its first case: until then (a run
+  interrupted before any case finished) the older files stay as they were; a run that ends
+  normally without a case leaves empty files.
+- A commit writes only its case, so a sweep writes each byte about once. Opening a resumed
+  sink, or the first commit of a new one, writes every file whole (temp file + rename); so
+  does, rarely, a case that brings a column
   the CSV header lacks (a backend parameter or condition not seen before) or that replaces
   the rows of a resumed case.
 - A torn append is repaired before anything reads the file. SIGKILL can cut a write short,
@@ -109,6 +113,7 @@ class ResultSink:
         self._appended: dict[Path, _Output] = {}
         self._writing: Path | None = None  # the file being written, for the error line
         self._open = False
+        self._fresh = False  # no resume and nothing written yet: the first case replaces all
 
     @property
     def outputs(self) -> list[Path]:
@@ -126,18 +131,25 @@ class ResultSink:
                     self._appended[path] = _Output(path, tails[path], lock)
             for path in self.outputs:
                 remove_leftover_temps(path)
-            self._set_records(self._load() if self.resume else [])
-            self._commit(self._rewrite, self.records, True)
+            if self.resume:
+                self._set_records(self._load())
+                self._commit(self._rewrite, self.records, True)
+            else:  # older files stay as they are until this run's first case replaces them
+                self._fresh = True
         except BaseException:
             self._release()
             raise
         self._open = True
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
         self._open = False
-        with deferred_interrupts():
-            self._release()
+        try:
+            if self._fresh and kind is None:  # a run that ended with no case: empty files
+                self._commit(self._rewrite, [], True)
+        finally:
+            with deferred_interrupts():
+                self._release()
 
     def done(self, case_id: str) -> list[dict] | None:
         """The records of a case already in the outputs, measured in the same environment and
@@ -164,10 +176,11 @@ class ResultSink:
         ids = {row.case_id for row in rows if row.case_id}
         replaces = any(not self._ours(r) for i in ids for r in self._by_case.get(i, ()))
         new_column = self.csv is not None and not set().union(*new) <= set(self._header)
-        if replaces or new_column:
+        if replaces or new_column or self._fresh:
             kept = [r for r in self.records if r.get("case_id") not in ids or self._ours(r)]
-            self._commit(self._rewrite, kept + new)
+            self._commit(self._rewrite, kept + new, self._fresh)
             self._set_records(kept + new)
+            self._fresh = False
         else:
             self._commit(self._append, new)
             self.records.extend(new)
