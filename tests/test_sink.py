@@ -502,6 +502,53 @@ def test_sigterm_ends_a_run_with_143_and_complete_agreeing_files(tmp_path):
     ]
 
 
+# Opens a sink on argv[2:4] as an attnbench command, says so, and waits on stdin before its
+# first case.
+BEFORE_FIRST_CASE = (
+    """
+import sys
+from pathlib import Path
+
+from attnbench.results.sink import ResultSink
+"""
+    + CASE_ROWS
+    + """
+
+def slow(csv: Path, json: Path):
+    with ResultSink({"command": "attnbench slow", "torch": "t"}, csv, json) as sink:
+        print("open", flush=True)
+        sys.stdin.read()
+        sink.add_case(case_rows(99))
+
+
+import attnbench.cli as cli
+
+cli.app.command("slow")(slow)
+sys.argv[1:1] = ["slow"]
+cli.main()
+"""
+)
+
+
+def test_sigterm_before_the_first_case_leaves_the_older_files_whole(tmp_path):
+    """An existing result file is not emptied by a run into it that is stopped before its
+    first case finishes."""
+    csv, js = tmp_path / "r.csv", tmp_path / "r.json"
+    first = start(script(tmp_path, "sweep.py", SWEEP), csv, js, 4, "new")
+    assert first.wait(DEADLINE_S) == 0, first.stderr.read()
+    before = {p: p.read_bytes() for p in (csv, js, results.env_sidecar(csv))}
+    proc = start(script(tmp_path, "slow.py", BEFORE_FIRST_CASE), csv, js, stdin=subprocess.PIPE)
+    try:
+        wait_for_lines(proc, 1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert {p: p.read_bytes() for p in before} == before
+    assert len(case_ids(read_rows(csv))) == 4
+
+
 # ----------------------------------------------------------------------------- resume
 
 
