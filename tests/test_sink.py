@@ -191,6 +191,16 @@ def wait_for_lines(proc: subprocess.Popen, count: int) -> None:
         assert line, proc.stderr.read()
 
 
+def terminate_after(proc: subprocess.Popen, lines: int) -> str:
+    """SIGTERM `proc` once it has printed `lines` lines; its stderr once it has ended."""
+    try:
+        wait_for_lines(proc, lines)
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=DEADLINE_S)[1]
+    finally:
+        proc.kill()
+
+
 def case_ids(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["case_id"]))
 
@@ -484,12 +494,7 @@ def test_sigterm_during_a_commit_waits_until_every_file_holds_the_case(tmp_path,
 def test_sigterm_ends_a_run_with_143_and_complete_agreeing_files(tmp_path):
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     proc = start(script(tmp_path, "sweep.py", SWEEP), "--cli", csv, js)
-    try:
-        wait_for_lines(proc, 30)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=DEADLINE_S)
-    finally:
-        proc.kill()
+    err = terminate_after(proc, 30)
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
     frame = assert_complete_and_agreeing(csv, js)
@@ -538,12 +543,7 @@ def test_sigterm_before_the_first_case_leaves_the_older_files_whole(tmp_path):
     assert first.wait(DEADLINE_S) == 0, first.stderr.read()
     before = {p: p.read_bytes() for p in (csv, js, results.env_sidecar(csv))}
     proc = start(script(tmp_path, "slow.py", BEFORE_FIRST_CASE), csv, js, stdin=subprocess.PIPE)
-    try:
-        wait_for_lines(proc, 1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=DEADLINE_S)
-    finally:
-        proc.kill()
+    err = terminate_after(proc, 1)
     assert proc.returncode == 143, err
     assert {p: p.read_bytes() for p in before} == before
     assert len(case_ids(read_rows(csv))) == 4

@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -29,11 +30,19 @@ DEFAULT_MMAP_MAX = 65536
 _setting: str | None = None
 
 
+@cache
+def _libc():
+    """The C library, loaded once (finding it can start a subprocess); None if it cannot be."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
 def _mallopt(settings: tuple[tuple[int, int], ...]) -> bool:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return all(libc.mallopt(option, value) for option, value in settings)
-    except (OSError, AttributeError):
+        return all(_libc().mallopt(option, value) for option, value in settings)
+    except AttributeError:  # no C library, or not one with mallopt
         return False
 
 
@@ -67,12 +76,13 @@ class _MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+@cache
 def _glibc():
     """libc with the signatures used here, or None where it is not glibc >= 2.33."""
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.mallinfo2.restype = _MallInfo2
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
@@ -116,7 +126,6 @@ def exact_peaks() -> Iterator[None]:
             (M_TRIM_THRESHOLD, EXACT_MMAP_THRESHOLD),
         )
     )
-    libc.malloc_trim(0)
     held = _hold_free_chunks(libc)
     try:
         yield

@@ -128,12 +128,7 @@ class NormalisedLSH(torch.autograd.Function):
                 with stage(LSH_STAGES[0]):
                     dv = ops.cumulation(k_codes, q_codes, dy, tau)
             del dy  # the largest buffer the rest does not need
-            if need_q:
-                with stage(LSH_STAGES[1]):
-                    dq = ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
-            if need_k:
-                with stage(LSH_STAGES[2]):
-                    dk = ops.scaled_cumulation(k_codes, q_codes, q, a, b, tau)
+            dq, dk = _scaled(q, k, q_codes, k_codes, a, b, tau, ops, stage, need_q, need_k)
         else:
             q_unit, k_unit = q / q_norm, k / k_norm
             dq, dk, dv = _gradients(
@@ -201,10 +196,16 @@ def _projections(dy, v, tau, how):
 
 def _proj(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, need_q, need_k):
     """dQ, dK of eq. (4) with <dY_i, V_j> estimated per hash by random sign projections."""
-    dq = dk = None
     with stage(LSH_STAGES[1]):
         a, b = _projections(dy, v, tau, how)
-        if need_q:
+    return _scaled(q, k, q_codes, k_codes, a, b, tau, ops, stage, need_q, need_k)
+
+
+def _scaled(q, k, q_codes, k_codes, a, b, tau, ops, stage, need_q, need_k):
+    """proj's dQ and dK from its row scales a (query side) and b (key side)."""
+    dq = dk = None
+    if need_q:
+        with stage(LSH_STAGES[1]):
             dq = ops.scaled_cumulation(q_codes, k_codes, k, b, a, tau)
     if need_k:
         with stage(LSH_STAGES[2]):
