@@ -157,9 +157,11 @@ def test_yoso_cuda_half_inputs_compute_in_fp32(dtype):
     assert all(t.grad.dtype == dtype and torch.isfinite(t.grad.float()).all() for t in leaves)
 
 
-def test_fast_hash_codes_on_the_gpu_equal_the_cpu_kernels():
-    """The fast hash multiplies only by +-1: GPU and CPU codes are identical, bit for bit."""
-    q, k, _ = _qkv((1, 4, 65536, 64), 1, seed=9)
+@pytest.mark.parametrize(("n", "d"), [(65536, 64), (8192, 100), (8192, 20)])
+def test_fast_hash_codes_on_the_gpu_equal_the_cpu_kernels(n, d):
+    """The fast hash multiplies only by +-1: GPU and CPU codes are identical, bit for bit
+    (d_pad = 64, 128 and 32: one, two and half a butterfly per lane and stage)."""
+    q, k, _ = _qkv((1, 4, n, d), 1, seed=9)
     backend = get_backend("yoso:m=32,tau=8,seed=4,hash=fast")
     for gpu, cpu in zip(backend.codes(q, k)[:2], backend.codes(q.cpu(), k.cpu())[:2], strict=True):
         assert torch.equal(gpu.cpu(), cpu)

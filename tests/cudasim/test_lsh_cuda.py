@@ -121,10 +121,24 @@ def test_cumulation_matches_reference(groups, n_r, n_w, d_v, m, tau, chunk):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_cumulation_with_gpu_blocks(monkeypatch):
-    """The launch shape a GPU gets: one partly idle block per launch."""
+@pytest.fixture
+def gpu_blocks(monkeypatch):
+    """The launch shape a GPU gets: several rows of 32 lanes in a block, some rows idle."""
     monkeypatch.setattr(lsh_cuda, "THREADS_PER_BLOCK", lsh_cuda.GPU_THREADS_PER_BLOCK)
+    monkeypatch.setattr(lsh_cuda, "ROW_LANES", 32)
+    monkeypatch.setattr(lsh_cuda, "ROWS_PER_BLOCK", lsh_cuda.GPU_THREADS_PER_BLOCK // 32)
+
+
+def test_cumulation_with_gpu_blocks(gpu_blocks):
     test_cumulation_matches_reference(2, 5, 37, 3, 3, 3, 2)
+    test_cumulation_matches_reference(1, 3, 6, 40, 2, 2, 2)  # 40 columns: lanes loop twice
+
+
+def test_fast_codes_with_gpu_blocks(gpu_blocks):
+    """Rows of one block end at different items, and d_pad = 128 gives each lane two
+    butterflies a stage."""
+    test_fast_codes_equal_reference(2, 7, 20, 12, 3)
+    test_fast_codes_equal_reference(1, 3, 100, 9, 8)
 
 
 def test_cumulation_with_no_collisions_is_zero():

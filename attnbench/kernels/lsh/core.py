@@ -1,10 +1,10 @@
 """Scalar math of YOSO's kernels, shared by the CPU (njit prange) and CUDA (cuda.jit) code.
 
 These functions use no `cuda.*` calls, so both targets inline the same float operations
-in the same order: fast-hash codes agree bit for bit everywhere (the only products are
-by +-1, which are exact). Gaussian codes agree on the CPU and in the simulator; a real GPU
-fuses the projection's multiply-adds (FMA), so a code whose dot product lies within
-rounding of zero may differ there.
+in the same order. Gaussian codes agree on the CPU and in the simulator; a real GPU fuses
+the projection's multiply-adds (FMA), so a code whose dot product lies within rounding of
+zero may differ there. (Fast-hash codes agree bit for bit everywhere: every target does
+`reference.hadamard`'s butterflies, and the only products are by +-1, which are exact.)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from numba import float32, njit
 
 from attnbench.kernels.caches import core_cache
 
-# Longest fast-hash transform a CUDA thread keeps in its local buffer (d <= 1024).
+# Longest fast-hash transform a CUDA block keeps per row in shared memory (d <= 1024).
 MAX_PADDED_DIM = 1024
 # Bytes of hash tables one CPU worker keeps hot at once: half its core's L2 (the rows it
 # streams through share the other half)...
@@ -44,45 +44,10 @@ def gaussian_code(x, proj, f, tau):
     return code
 
 
-@njit(inline="always")
-def hadamard_inplace(y, dp):
-    """Unnormalised Walsh-Hadamard transform of y[:dp]: spans h = 1, 2, 4, ...; each pair
-    (j, j + h) becomes (a + b, a - b) - the order the torch reference uses."""
-    h = 1
-    while h < dp:
-        for i in range(0, dp, 2 * h):
-            for j in range(i, i + h):
-                a = y[j]
-                b = y[j + h]
-                y[j] = a + b
-                y[j + h] = a - b
-        h *= 2
-
-
-@njit(inline="always")
-def sign_code(y, start, tau):
-    """Code packing the signs of y[start : start + tau]: bit t = [y[start + t] > 0]."""
-    code = 0
-    for t in range(tau):
-        if y[start + t] > 0:
-            code |= 1 << t
-    return code
-
-
 def hash_chunk(m: int, tau: int, width: int, budget: int = TABLE_BUDGET) -> int:
     """How many hashes' tables (2^tau buckets x width float32) fit in `budget` bytes, 1..m."""
     per_table = (1 << tau) * width * 4
     return max(1, min(m, budget // per_table))
-
-
-@njit(inline="always")
-def bucket_sum(table, read_codes, g, r, col, start, count):
-    """Sum over a chunk's hashes of the bucket read row r falls in, at one column of the
-    CUDA kernels' tables [G, chunk, 2^tau, width]."""
-    acc = float32(0.0)
-    for h in range(count):
-        acc += table[g, h, read_codes[g, r, start + h], col]
-    return acc
 
 
 # *YOSO's cosine clamp: the true derivative of the collision probability grows like

@@ -318,7 +318,7 @@ def _gaussian_codes(x, proj, tau, out, workers):
 #
 # A work unit is FAST_ROWS rows of one group, transposed to [coordinate, row] (flat, row
 # stride FAST_ROWS) so that a vector holds one coordinate of 8 rows and the butterflies
-# between coordinates are whole-vector adds. Each Hadamard is core.hadamard_inplace's
+# between coordinates are whole-vector adds. Each Hadamard is reference.hadamard's
 # butterflies (spans 1, 2, 4, ...; (a, b) -> (a + b, a - b)), the same float operations on
 # each row, grouped three spans per pass over the buffer (radix 8: eight vectors in
 # registers), the first pass also applying the diagonal.
@@ -461,7 +461,7 @@ def _fast_unit(x, diags, tau, out, g, i0, buf, codes):
         # y = H D3 H D2 H D1 x, as in the reference.
         for step in range(3):
             _hadamard(buf, xs if step == 0 else ys, ys, diags[g, p, step], dp)
-        # core.sign_code of every row, vectorised over the rows.
+        # The sign code of every row, vectorised over the rows.
         for j in range(min(per_part, m - p * per_part)):
             code = uint64((p * per_part + j) * FAST_ROWS)
             for r in range(_RU):

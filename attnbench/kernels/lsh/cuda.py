@@ -6,13 +6,14 @@ memory is allocated by the caller through torch (`table` is scratch), so torch's
 peak-memory counters see everything these kernels use.
 Arrays are numba device arrays on a GPU and plain numpy arrays under the CUDA simulator.
 
-Every kernel uses a flat 1-D grid with the last array axis varying fastest across threads
-(columns, for coalescing) and bounds-checks its index, so any shape works.
+Row kernels (the fast hash, scatters, gathers) give each row to ROW_LANES threads that walk
+its columns together (coalesced); the others use a flat 1-D grid with the last array axis
+varying fastest. Every kernel bounds-checks its indices, so any shape works.
 """
 
 from __future__ import annotations
 
-from numba import boolean, cuda, float32, int32, int64
+from numba import boolean, cuda, float32, int32, int64, uint64
 
 from attnbench.kernels.lsh import core
 from attnbench.kernels.lsh.checks import check_pairs
@@ -28,9 +29,6 @@ THREADS_PER_BLOCK = threads_per_block()
 
 _helpers = kernel_helpers(core)
 gaussian_code = _helpers["gaussian_code"]
-hadamard_inplace = _helpers["hadamard_inplace"]
-sign_code = _helpers["sign_code"]
-bucket_sum = _helpers["bucket_sum"]
 star_ratio = _helpers["star_ratio"]
 bound_stride = _helpers["bound_stride"]
 
@@ -50,90 +48,172 @@ def _gaussian_codes_kernel(x, proj, tau, out):
         out[g, i, f] = gaussian_code(x[g, i], proj[g], f, tau)
 
 
-@cuda.jit
-def _fast_codes_kernel(x, diags, tau, out):
-    """One thread per (g, i, p): y = H D3 H D2 H D1 x in a local buffer, then its codes."""
-    k = cuda.grid(1)
-    groups, n, m = out.shape
-    parts, dp = diags.shape[1], diags.shape[3]
-    if k < groups * n * parts:
-        p = k % parts
-        i = (k // parts) % n
-        g = k // (parts * n)
-        d = x.shape[2]
-        y = cuda.local.array(MAX_PADDED_DIM, float32)
-        for c in range(dp):
-            y[c] = x[g, i, c] if c < d else float32(0.0)
-        for step in range(3):
-            for c in range(dp):
-                y[c] *= diags[g, p, step, c]
-            hadamard_inplace(y, dp)
-        per_part = dp // tau
-        for j in range(per_part):
-            f = p * per_part + j
-            if f < m:
-                out[g, i, f] = sign_code(y, j * tau, tau)
+# Threads that work on one row together: a warp on a GPU, the whole (smaller) block under
+# the simulator. A block holds ROWS_PER_BLOCK such rows.
+ROW_LANES = min(32, THREADS_PER_BLOCK)
+ROWS_PER_BLOCK = THREADS_PER_BLOCK // ROW_LANES
+_LANES = uint64(ROW_LANES)
+_ONE = uint64(1)
 
-
-# --- cumulation ----------------------------------------------------------------------
-
-
-@cuda.jit
-def _zero_tables(table, count):
-    """table[:, :count] = 0: one thread per (g, hash in chunk, bucket, column)."""
-    k = cuda.grid(1)
-    groups, _, buckets, width = table.shape
-    if k < groups * count * buckets * width:
-        col = k % width
-        k //= width
-        b = k % buckets
-        k //= buckets
-        h = k % count
-        g = k // count
-        table[g, h, b, col] = float32(0.0)
+# The row kernels index with unsigned integers and loop with `while`: numba then emits no
+# negative-index wraparound and no range-iterator bookkeeping in the inner loops, which
+# otherwise cost more instructions than the loads they address.
 
 
 @cuda.jit(device=True)
-def _scatter_thread(k, n_w, count, width):
-    """(g, w, h, column) of scatter thread k; the column varies fastest (coalescing)."""
-    col = k % width
-    k //= width
-    h = k % count
-    k //= count
-    return k // n_w, k % n_w, h, col
+def _row_lane(rows):
+    """(g, row, lane) of this thread, unsigned: each group's `rows` rows go ROWS_PER_BLOCK to
+    a block, ROW_LANES threads to a row."""
+    tid = cuda.threadIdx.x
+    per_group = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+    block = cuda.blockIdx.x
+    row = (block % per_group) * ROWS_PER_BLOCK + tid // ROW_LANES
+    return uint64(block // per_group), uint64(row), uint64(tid % ROW_LANES)
+
+
+@cuda.jit(device=True)
+def _sign_code(y, start, tau):
+    """`core.sign_code` with unsigned indices: bit t = [y[start + t] > 0]."""
+    code = 0
+    t = uint64(0)
+    while t < tau:
+        if y[start + t] > 0:
+            code |= 1 << t
+        t += _ONE
+    return code
+
+
+@cuda.jit
+def _fast_codes_kernel(x, diags, tau, out):
+    """ROW_LANES threads per (g, i, p): y = H D3 H D2 H D1 x in shared memory, then its codes.
+
+    Each butterfly stage pairs (j, j + h) as `reference.hadamard` does, one pair per thread
+    at a time, with a block barrier between stages, so every code equals the CPU's. Rows
+    past the end run the same loops (the barriers need the whole block) on zeros.
+    """
+    buffer = cuda.shared.array((ROWS_PER_BLOCK, MAX_PADDED_DIM), float32)
+    groups, n, m = uint64(out.shape[0]), uint64(out.shape[1]), uint64(out.shape[2])
+    parts, dp = uint64(diags.shape[1]), uint64(diags.shape[3])
+    d, tau = uint64(x.shape[2]), uint64(tau)
+    g, item, lane = _row_lane(out.shape[1] * diags.shape[1])
+    live = g < groups and item < n * parts
+    i = item // parts
+    p = item % parts
+    y = buffer[cuda.threadIdx.x // ROW_LANES]
+    c = lane
+    while c < dp:
+        y[c] = x[g, i, c] if live and c < d else float32(0.0)
+        c += _LANES
+    half = dp // uint64(2)
+    for step in range(3):
+        if live:
+            c = lane
+            while c < dp:
+                y[c] *= diags[g, p, uint64(step), c]
+                c += _LANES
+        cuda.syncthreads()
+        h = _ONE
+        shift = uint64(0)
+        while h < dp:
+            pair = lane
+            while pair < half:
+                j = ((pair >> shift) << (shift + _ONE)) | (pair & (h - _ONE))
+                a = y[j]
+                b = y[j + h]
+                y[j] = a + b
+                y[j + h] = a - b
+                pair += _LANES
+            cuda.syncthreads()
+            h += h
+            shift += _ONE
+    if live:
+        per_part = dp // tau
+        j = lane
+        while j < per_part:
+            f = p * per_part + j
+            if f < m:
+                out[g, i, f] = _sign_code(y, j * tau, tau)
+            j += _LANES
+
+
+# --- cumulation ----------------------------------------------------------------------
+#
+# The scatters and gathers give each row to ROW_LANES threads, which walk its columns in
+# steps of ROW_LANES (coalesced) and, per column, every hash of the chunk: one value load
+# serves `count` atomic adds, and a warp's adds of one hash land in one table row.
+
+
+@cuda.jit
+def _zero_tables(flat, size):
+    """flat[g, :size] = 0 for the tables [G, chunk * 2^tau * width] viewed flat per group."""
+    k = cuda.grid(1)
+    if k < flat.shape[0] * size:
+        flat[k // size, k % size] = float32(0.0)
 
 
 @cuda.jit
 def _scatter_values(write_codes, values, start, count, table):
-    """Write row w adds values[g, w] to its bucket of hash start + h, for h < count.
-
-    One thread per (g, w, h, column); rows sharing a bucket meet in atomic adds.
-    """
-    k = cuda.grid(1)
-    groups, n_w, width = values.shape
-    if k < groups * n_w * count * width:
-        g, w, h, col = _scatter_thread(k, n_w, count, width)
-        code = write_codes[g, w, start + h]
-        cuda.atomic.add(table, (g, h, code, col), values[g, w, col])
+    """Write row w adds values[g, w] to its bucket of hash start + h, for h < count;
+    rows sharing a bucket meet in atomic adds."""
+    g, w, lane = _row_lane(values.shape[1])
+    width, start, count = uint64(values.shape[2]), uint64(start), uint64(count)
+    if g < uint64(values.shape[0]) and w < uint64(values.shape[1]):
+        col = lane
+        while col < width:
+            v = values[g, w, col]
+            h = uint64(0)
+            while h < count:
+                code = uint64(write_codes[g, w, start + h])
+                cuda.atomic.add(table, (g, h, code, col), v)
+                h += _ONE
+            col += _LANES
 
 
 @cuda.jit
 def _scatter_weighted(write_codes, weights, vectors, a, start, count, table):
     """As `_scatter_values` with the row weights[g, w, a] * vectors[g, w]."""
-    k = cuda.grid(1)
-    groups, n_w, width = vectors.shape
-    if k < groups * n_w * count * width:
-        g, w, h, col = _scatter_thread(k, n_w, count, width)
-        code = write_codes[g, w, start + h]
-        cuda.atomic.add(table, (g, h, code, col), weights[g, w, a] * vectors[g, w, col])
+    g, w, lane = _row_lane(vectors.shape[1])
+    width, start, count = uint64(vectors.shape[2]), uint64(start), uint64(count)
+    if g < uint64(vectors.shape[0]) and w < uint64(vectors.shape[1]):
+        weight = weights[g, w, uint64(a)]
+        col = lane
+        while col < width:
+            v = weight * vectors[g, w, col]
+            h = uint64(0)
+            while h < count:
+                code = uint64(write_codes[g, w, start + h])
+                cuda.atomic.add(table, (g, h, code, col), v)
+                h += _ONE
+            col += _LANES
+
+
+@cuda.jit
+def _scatter_scaled(write_codes, write_scale, values, start, count, table):
+    """As `_scatter_values` with the row write_scale[g, w, start + h] * values[g, w]."""
+    g, w, lane = _row_lane(values.shape[1])
+    width, start, count = uint64(values.shape[2]), uint64(start), uint64(count)
+    if g < uint64(values.shape[0]) and w < uint64(values.shape[1]):
+        col = lane
+        while col < width:
+            v = values[g, w, col]
+            h = uint64(0)
+            while h < count:
+                f = start + h
+                code = uint64(write_codes[g, w, f])
+                cuda.atomic.add(table, (g, h, code, col), write_scale[g, w, f] * v)
+                h += _ONE
+            col += _LANES
 
 
 @cuda.jit(device=True)
-def _gather_thread(k, n_r, width):
-    """(g, r, column) of gather thread k; the column varies fastest (coalescing)."""
-    col = k % width
-    k //= width
-    return k // n_r, k % n_r, col
+def _bucket_sum(table, read_codes, g, r, col, start, count):
+    """Sum over the chunk's hashes of the bucket read row r falls in, at one column."""
+    acc = float32(0.0)
+    h = uint64(0)
+    while h < count:
+        acc += table[g, h, uint64(read_codes[g, r, start + h]), col]
+        h += _ONE
+    return acc
 
 
 @cuda.jit(device=True)
@@ -147,50 +227,47 @@ def _accumulate(out, g, r, col, acc, first):
 
 @cuda.jit
 def _gather(read_codes, table, start, count, m, first, out):
-    """out[g, r] (+)= bucket sums / m: one thread per (g, r, column); `first` overwrites."""
-    k = cuda.grid(1)
-    groups, n_r, width = out.shape
-    if k < groups * n_r * width:
-        g, r, col = _gather_thread(k, n_r, width)
-        acc = bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
-        _accumulate(out, g, r, col, acc, first)
+    """out[g, r] (+)= bucket sums / m; `first` overwrites."""
+    g, r, lane = _row_lane(out.shape[1])
+    width, start, count = uint64(out.shape[2]), uint64(start), uint64(count)
+    if g < uint64(out.shape[0]) and r < uint64(out.shape[1]):
+        col = lane
+        while col < width:
+            acc = _bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
+            _accumulate(out, g, r, col, acc, first)
+            col += _LANES
 
 
 @cuda.jit
 def _gather_weighted(read_codes, read_weights, table, a, start, count, m, first, out):
     """As `_gather`, the bucket sums scaled by read_weights[g, r, a]."""
-    k = cuda.grid(1)
-    groups, n_r, width = out.shape
-    if k < groups * n_r * width:
-        g, r, col = _gather_thread(k, n_r, width)
-        acc = bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
-        _accumulate(out, g, r, col, acc * read_weights[g, r, a], first)
-
-
-@cuda.jit
-def _scatter_scaled(write_codes, write_scale, values, start, count, table):
-    """As `_scatter_values` with the row write_scale[g, w, start + h] * values[g, w]."""
-    k = cuda.grid(1)
-    groups, n_w, width = values.shape
-    if k < groups * n_w * count * width:
-        g, w, h, col = _scatter_thread(k, n_w, count, width)
-        f = start + h
-        code = write_codes[g, w, f]
-        cuda.atomic.add(table, (g, h, code, col), write_scale[g, w, f] * values[g, w, col])
+    g, r, lane = _row_lane(out.shape[1])
+    width, start, count = uint64(out.shape[2]), uint64(start), uint64(count)
+    if g < uint64(out.shape[0]) and r < uint64(out.shape[1]):
+        weight = read_weights[g, r, uint64(a)]
+        col = lane
+        while col < width:
+            acc = _bucket_sum(table, read_codes, g, r, col, start, count) / float32(m)
+            _accumulate(out, g, r, col, acc * weight, first)
+            col += _LANES
 
 
 @cuda.jit
 def _gather_scaled(read_codes, read_scale, table, start, count, m, first, out):
     """As `_gather`, each hash's bucket sum scaled by read_scale[g, r, start + h]."""
-    k = cuda.grid(1)
-    groups, n_r, width = out.shape
-    if k < groups * n_r * width:
-        g, r, col = _gather_thread(k, n_r, width)
-        acc = float32(0.0)
-        for h in range(count):
-            f = start + h
-            acc += read_scale[g, r, f] * table[g, h, read_codes[g, r, f], col]
-        _accumulate(out, g, r, col, acc / float32(m), first)
+    g, r, lane = _row_lane(out.shape[1])
+    width, start, count = uint64(out.shape[2]), uint64(start), uint64(count)
+    if g < uint64(out.shape[0]) and r < uint64(out.shape[1]):
+        col = lane
+        while col < width:
+            acc = float32(0.0)
+            h = uint64(0)
+            while h < count:
+                f = start + h
+                acc += read_scale[g, r, f] * table[g, h, uint64(read_codes[g, r, f]), col]
+                h += _ONE
+            _accumulate(out, g, r, col, acc / float32(m), first)
+            col += _LANES
 
 
 # --- pair cumulation -----------------------------------------------------------------
@@ -308,14 +385,15 @@ def _pair_cumulation(
         out[g, r, col] /= float32(m)
 
 
-_F3, _F4, _I3 = float32[:, :, ::1], float32[:, :, :, ::1], int32[:, :, ::1]
+_F2, _F3, _F4 = float32[:, ::1], float32[:, :, ::1], float32[:, :, :, ::1]
+_I3 = int32[:, :, ::1]
 
 # Every kernel with the argument types the wrappers pass (C-contiguous arrays, int64 and
 # bool scalars); tests/test_ptx.py compiles each to PTX.
 KERNELS = {
     "gaussian_codes": (_gaussian_codes_kernel, (_F3, _F3, int64, _I3)),
     "fast_codes": (_fast_codes_kernel, (_F3, _F4, int64, _I3)),
-    "zero_tables": (_zero_tables, (_F4, int64)),
+    "zero_tables": (_zero_tables, (_F2, int64)),
     "scatter_values": (_scatter_values, (_I3, _F3, int64, int64, _F4)),
     "scatter_weighted": (_scatter_weighted, (_I3, _F3, _F3, int64, int64, int64, _F4)),
     "gather": (_gather, (_I3, _F4, int64, int64, int64, boolean, _F3)),
@@ -342,6 +420,20 @@ def _launch(kernel, threads: int, *args) -> None:
         kernel[blocks, THREADS_PER_BLOCK](*args)
 
 
+def _launch_rows(kernel, groups: int, rows: int, *args) -> None:
+    """Run `kernel` with ROW_LANES threads for each of `rows` rows of each group (`_row_lane`)."""
+    if groups * rows > 0:
+        per_group = (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+        kernel[groups * per_group, THREADS_PER_BLOCK](*args)
+
+
+def _zero(table, count: int) -> None:
+    """Zero the first `count` hashes' tables of every group (contiguous within a group)."""
+    groups = table.shape[0]
+    size = count * table.shape[2] * table.shape[3]
+    _launch(_zero_tables, groups * size, table.reshape(groups, -1), size)
+
+
 def gaussian_codes(x, proj, tau: int, out) -> None:
     """out[g, i, f] = code of hash f of x[g, i] under projections proj [G, d, m*tau]."""
     groups, n, m = out.shape
@@ -358,7 +450,7 @@ def fast_codes(x, diags, tau: int, out) -> None:
         raise ValueError(f"d_pad={dp} must be a power of two in [max(d, tau), {MAX_PADDED_DIM}]")
     if parts * (dp // tau) < m:
         raise ValueError(f"{parts} transforms give {parts * (dp // tau)} codes, {m} asked")
-    _launch(_fast_codes_kernel, groups * n * parts, x, diags, int(tau), out)
+    _launch_rows(_fast_codes_kernel, groups, n * parts, x, diags, int(tau), out)
 
 
 def table_shape(groups: int, m: int, tau: int, width: int, chunk: int) -> tuple:
@@ -387,11 +479,9 @@ def cumulation(read_codes, write_codes, values, tau: int, out, table) -> None:
     chunk = table.shape[1]
     for start in range(0, m, chunk):
         count = min(chunk, m - start)
-        _launch(_zero_tables, groups * count * (1 << tau) * width, table, count)
-        _launch(
-            _scatter_values, groups * n_w * count * width, write_codes, values, start, count, table
-        )
-        _launch(_gather, groups * n_r * width, read_codes, table, start, count, m, start == 0, out)
+        _zero(table, count)
+        _launch_rows(_scatter_values, groups, n_w, write_codes, values, start, count, table)
+        _launch_rows(_gather, groups, n_r, read_codes, table, start, count, m, start == 0, out)
 
 
 def weighted_cumulation(
@@ -412,31 +502,12 @@ def weighted_cumulation(
     for a in range(columns):
         for start in range(0, m, chunk):
             count = min(chunk, m - start)
-            _launch(_zero_tables, groups * count * (1 << tau) * width, table, count)
-            _launch(
-                _scatter_weighted,
-                groups * n_w * count * width,
-                write_codes,
-                weights,
-                vectors,
-                a,
-                start,
-                count,
-                table,
-            )
-            _launch(
-                _gather_weighted,
-                groups * n_r * width,
-                read_codes,
-                read_weights,
-                table,
-                a,
-                start,
-                count,
-                m,
-                a == 0 and start == 0,
-                out,
-            )
+            _zero(table, count)
+            scatter = (write_codes, weights, vectors, a, start, count, table)
+            _launch_rows(_scatter_weighted, groups, n_w, *scatter)
+            first = a == 0 and start == 0
+            gather = (read_codes, read_weights, table, a, start, count, m, first, out)
+            _launch_rows(_gather_weighted, groups, n_r, *gather)
 
 
 def _check_shape(name: str, array, expected: tuple) -> None:
@@ -462,29 +533,11 @@ def scaled_cumulation(
     chunk = table.shape[1]
     for start in range(0, m, chunk):
         count = min(chunk, m - start)
-        _launch(_zero_tables, groups * count * (1 << tau) * width, table, count)
-        _launch(
-            _scatter_scaled,
-            groups * n_w * count * width,
-            write_codes,
-            write_scale,
-            values,
-            start,
-            count,
-            table,
-        )
-        _launch(
-            _gather_scaled,
-            groups * n_r * width,
-            read_codes,
-            read_scale,
-            table,
-            start,
-            count,
-            m,
-            start == 0,
-            out,
-        )
+        _zero(table, count)
+        scatter = (write_codes, write_scale, values, start, count, table)
+        _launch_rows(_scatter_scaled, groups, n_w, *scatter)
+        gather = (read_codes, read_scale, table, start, count, m, start == 0, out)
+        _launch_rows(_gather_scaled, groups, n_r, *gather)
 
 
 def pair_lanes(threads: int, d: int, d_a: int) -> int:
