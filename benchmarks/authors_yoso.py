@@ -11,7 +11,8 @@ with attnbench's timer (CUDA events, L2 flushed before each call), alternating o
 theirs over several rounds so drift hits both: the forward (fast hash, m hashes of tau bits,
 output l2-normalised) and forward + backward. Their backward weighs each pair colliding in
 any hash by the derivative of its expected collision (eq. 3); ours is timed with
-backward=star (eq. 3 per collision) and with the default backward=proj.
+backward=star (eq. 3 per collision) and with the default backward=proj; the forward also
+with resample=fixed, which draws no hashes on the host inside the call.
 Their kernels need fp32, d and d_v multiples of 32, n a multiple of 128, tau >= 7, and their
 backward's count sort keeps 2^tau + 2n ints in 48 KiB of shared memory (n <= 5888 at tau 8).
 """
@@ -146,9 +147,10 @@ def compare(authors: Authors, n: int, heads: int, d: int, backward: bool, rounds
     leaves = [torch.randn(1, heads, n, d, generator=gen).cuda() for _ in range(3)]
     grad = torch.randn(1, heads, n, d, device="cuda")
     flat = [t.reshape(heads, n, d).contiguous() for t in leaves]
-    specs = [f"yoso:m={authors.m},tau={authors.tau},hash=fast"]
+    base = f"yoso:m={authors.m},tau={authors.tau},hash=fast"
+    specs = [base, base + ",resample=fixed"]  # fixed: no hash draws made on the host
     if backward:
-        specs = [specs[0] + ",backward=proj", specs[0] + ",backward=star"]
+        specs = [base + ",backward=proj", base + ",backward=star"]
         leaves = [t.requires_grad_() for t in leaves]
         flat = [t.requires_grad_() for t in flat]
     shaped = {"authors": (lambda: authors.attention(*flat), grad.reshape(heads, n, d))}

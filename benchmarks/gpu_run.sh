@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Every GPU check and figure in one go, on one CUDA machine:
-#   bash benchmarks/gpu_run.sh checks|sweeps OUTDIR [AUTHORS_DIR]
-# checks: the GPU tests, which SDPA kernel torch picks, Nsight Compute on YOSO's kernels and
-# (given the YOSO authors' yoso_v2 folder) their kernels against ours. sweeps: time against
-# n for every linear backend, fp32 and bf16, forward and forward+backward, and SCRAM's
-# stage profile at 256x256. Each step has its own time limit and log under OUTDIR, and a
-# failed step does not stop the ones after it; the script exits 1 if any step failed.
+# The GPU checks and figures, on one CUDA machine, as a list of steps:
+#   bash benchmarks/gpu_run.sh STEP[,STEP...] OUTDIR [AUTHORS_DIR]
+# env: versions and the GPU; tests: the GPU tests (`tests-yoso`: YOSO's alone) and the PTX
+# check; sdpa: which SDPA kernel torch picks; authors: the YOSO authors' kernels (their
+# yoso_v2 folder) against ours; host: where small YOSO calls spend host time; ncu: Nsight
+# Compute on one YOSO forward + backward; time: time against n for every linear backend,
+# fp32 forward and forward + backward; time-bf16: the same in bf16; scram: SCRAM's stage
+# profile at 256x256. Each step has its own time limit and log under OUTDIR/logs, a failed
+# step does not stop the ones after it, and the script exits 1 if any step failed.
 set -u
-what=$1
+steps=",$1,"
 out=$2
 authors=${3:-}
 mkdir -p "$out/logs"
@@ -25,39 +27,60 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a time limit, log to
     tail -n 4 "$out/logs/$name.log"
 }
 
+wanted() { [[ $steps == *",$1,"* ]]; }
+
 linear=sdpa,yoso-32,linformer,performer,nystromformer,reformer,longformer
-if [ "$what" = checks ]; then
-    step env 30 bash -c 'nvidia-smi; python3 -c "import torch, numba, numba.cuda as c, sys;
+if wanted authors && [ -n "$authors" ]; then  # build their extensions while the tests run
+    (timeout 240 python3 benchmarks/authors_yoso.py --authors "$authors" --build-only \
+        >"$out/logs/authors-build.log" 2>&1; echo "exit $?" >>"$out/logs/authors-build.log") &
+fi
+if wanted env; then
+    step env 30 bash -c 'nvidia-smi; python3 -c "import torch, numba, numpy, sys;
 print(sys.version); print(\"torch\", torch.__version__, torch.version.cuda);
-print(\"numba\", numba.__version__, \"numba-cuda\", c.__version__ if hasattr(c, \"__version__\") else \"?\");
-print(torch.cuda.get_device_name())"; python3 -m pip show numba-cuda | head -2'
-    if [ -n "$authors" ]; then  # build the authors' extensions while the tests run
-        (timeout 240 python3 benchmarks/authors_yoso.py --authors "$authors" --build-only \
-            >"$out/logs/authors-build.log" 2>&1; echo "exit $?" >>"$out/logs/authors-build.log") &
-    fi
-    step tests 130 python3 -m pytest -q -rs -s tests/test_gpu.py tests/test_ptx.py
+print(\"numba\", numba.__version__, \"numpy\", numpy.__version__);
+print(torch.cuda.get_device_name())"; python3 -m pip show numba-cuda 2>/dev/null | head -2'
+fi
+if wanted tests; then
+    step tests 150 python3 -m pytest -q -rs tests/test_gpu.py tests/test_ptx.py
+elif wanted tests-yoso; then
+    step tests-yoso 100 python3 -m pytest -q -rs tests/test_gpu.py tests/test_ptx.py \
+        -k "yoso or lsh or hash or ptx or listed"
+fi
+if wanted sdpa; then
     step sdpa-kernels 20 python3 benchmarks/sdpa_kernels.py
-    if [ -n "$authors" ]; then
-        wait
-        tail -n 3 "$out/logs/authors-build.log"
-        step authors 80 python3 benchmarks/authors_yoso.py --authors "$authors" \
-            --csv "$out/authors-yoso.csv"
-    fi
-    step ncu-yoso 50 ncu --clock-control none --profile-from-start off --target-processes all \
+fi
+if wanted authors && [ -n "$authors" ]; then
+    wait
+    tail -n 3 "$out/logs/authors-build.log"
+    step authors 90 python3 benchmarks/authors_yoso.py --authors "$authors" \
+        --csv "$out/authors-yoso.csv"
+fi
+if wanted host; then
+    step host 40 python3 benchmarks/yoso_host.py --seq 1024 --calls 200
+fi
+if wanted ncu; then
+    step ncu-yoso 60 ncu --clock-control none --profile-from-start off --target-processes all \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --csv --log-file "$out/ncu-yoso.csv" python3 benchmarks/yoso_once.py --seq 16384
-else
-    for dtype in float32 bfloat16; do  # the crossover with sdpa in fp32, bf16 coarser
+fi
+for dtype in float32 bfloat16; do  # the crossover with sdpa in fp32, bf16 coarser
+    if [ "$dtype" = float32 ]; then
+        wanted time || continue
         seq=1k..64k
         limit=70
-        [ "$dtype" = float32 ] || { seq=1k,4k,16k,64k; limit=45; }
-        for mode in fwd fwdbwd; do
-            step "time-$dtype-$mode" "$limit" python3 -m attnbench time --device cuda \
-                --seq "$seq" --backends "$linear" --dtype "$dtype" --mode "$mode" --repeats 3 \
-                --warmup 2 --min-time 0.05 --csv "$out/time-$dtype-$mode.csv"
-        done
+    else
+        wanted time-bf16 || continue
+        seq=1k,4k,16k,64k
+        limit=45
+    fi
+    for mode in fwd fwdbwd; do
+        step "time-$dtype-$mode" "$limit" python3 -m attnbench time --device cuda \
+            --seq "$seq" --backends "$linear" --dtype "$dtype" --mode "$mode" --repeats 3 \
+            --warmup 2 --min-time 0.05 --csv "$out/time-$dtype-$mode.csv"
     done
-    step scram-profile 45 python3 -m attnbench profile --device cuda --grid 256x256 \
+done
+if wanted scram; then
+    step scram-profile 120 python3 -m attnbench profile --device cuda --grid 256x256 \
         --backends sdpa,scram:kappa=4,b=1 --dim 3 --heads 1 --csv "$out/scram-profile.csv"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
