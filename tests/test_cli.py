@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import traceback
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pandas as pd
@@ -464,6 +464,8 @@ BAD_INPUTS = [
         [*ERROR, "--inputs", "text.pt"],
         "text.pt",
     ),
+    _case("inputs-pickled-object", [*ERROR, "--inputs", "object.pt"], "object.pt"),
+    _case("inputs-sparse-tensor", [*ERROR, "--inputs", "sparse.pt"], "sparse.pt"),
     _case(
         "inputs-zero-size-dimension",
         [*ERROR, "--inputs", "empty_d.npz", "--seq", "8"],
@@ -490,6 +492,10 @@ def workdir(tmp_path, monkeypatch):
     save_qkv(tmp_path / "short.npz", (16, 8))
     save_qkv(tmp_path / "empty_d.npz", (16, 0))
     torch.save({"q": "not numbers", "k": torch.ones(16, 8), "v": torch.ones(16, 8)}, "text.pt")
+    ones = torch.ones(16, 8)
+    torch.save({"q": PurePosixPath("q.npy"), "k": ones, "v": ones}, "object.pt")  # not a tensor
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (16, 8))
+    torch.save({"q": sparse, "k": sparse, "v": sparse}, "sparse.pt")
     (tmp_path / "notes.csv").write_text("name,age\nada,36\n")
     (tmp_path / "list.json").write_text("[1, 2, 3]\n")
     (tmp_path / "afile").write_text("a regular file\n")

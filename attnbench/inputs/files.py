@@ -7,6 +7,8 @@ bad file is a one-line error before any work.
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +30,17 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
             with np.load(path) as data:
                 raw = {key: torch.from_numpy(data[key]) for key in data.files}
         else:
-            raw = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # the error below says all; no warning first
+                warnings.simplefilter("ignore")
+                raw = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UsageError(
+            f"--inputs: {path} holds objects other than tensors, which could run code on "
+            "loading; save plain tensors (torch.save({'q': q, 'k': k, 'v': v}, path))"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
-        raise UsageError(f"--inputs: cannot read {path}: {exc}") from None
+        detail = " ".join(str(exc).split())  # one line, whatever the reader wrote
+        raise UsageError(f"--inputs: cannot read {path}: {detail}") from None
     if not isinstance(raw, dict) or any(key not in raw for key in "qkv"):
         raise UsageError(f"--inputs: {path} must hold arrays named q, k and v")
     tensors = []
@@ -39,6 +49,8 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
             t = torch.as_tensor(raw[key])
         except (TypeError, ValueError, RuntimeError):
             raise UsageError(f"--inputs: {key} in {path} is not a numeric array") from None
+        if t.layout != torch.strided:
+            raise UsageError(f"--inputs: {key} in {path} is a sparse tensor; save it dense")
         if not t.is_floating_point():
             raise UsageError(f"--inputs: {key} in {path} is not a floating-point array")
         if t.dim() not in (2, 3, 4):
