@@ -1,5 +1,6 @@
 """attnbench maps: dense attention maps of several backends on the same inputs."""
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -110,3 +111,21 @@ def test_map_panels_share_one_colour_scale_and_a_labelled_bar(tmp_path, monkeypa
     assert len(bars) == 1
     titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
     assert titles == ["(a) a", "(b) b"]
+
+
+def test_maps_draw_a_file_and_refuse_a_grid_longer_than_it(tmp_path):
+    """A file's first H x W tokens are drawn; a longer grid once drew its 64 tokens under a
+    1x128 title."""
+    qkv = tmp_path / "qkv.npz"
+    arr = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    np.savez(qkv, q=arr, k=arr, v=arr)
+    out = tmp_path / "m.png"
+    args = ["maps", "--backends", "softmax", "--inputs", str(qkv), "-o", str(out)]
+    result = CliRunner().invoke(app, [*args, "--grid", "8x8"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out.unlink()
+    result = CliRunner().invoke(app, [*args, "--grid", "1x128"])
+    assert result.exit_code == 2, result.output
+    assert "--grid: 128 is longer than the 64 tokens in qkv.npz" in result.output
+    assert not out.exists()

@@ -41,6 +41,7 @@ def maps_cmd(
         seed=seed,
     )
     tokens = spec.grid[0] * spec.grid[1]
+    spec.inputs.check_lengths([tokens], "--grid")
     check_inputs_fit(spec.inputs, [(tokens, spec.grid)])
     out = output_path(out, "--out", PLOT_SUFFIXES)
     rows = shared.run_study(spec)
