@@ -91,6 +91,16 @@ def test_refuses_what_it_cannot_draw(kwargs, message):
         pareto_points(TIMES, ERRORS, **kwargs)
 
 
+def test_refuses_values_that_are_not_numbers_and_times_not_above_zero():
+    """A text value once read as 'share no sequence length'; a time of 0 went on a log axis."""
+    text = TIMES.astype({"value": object})
+    text.loc[1, "value"] = "fast"
+    with pytest.raises(UsageError, match="time_ms values that are not numbers .'fast' for b."):
+        pareto_points(text, ERRORS)
+    with pytest.raises(UsageError, match="a time of 0 ms for b; times must be above 0"):
+        pareto_points(TIMES.assign(value=[1.0, 0.0, 3.0, 2.0, 5.0, 9.0]), ERRORS)
+
+
 def test_refuses_several_cases_of_one_backend():
     twice = pd.concat([TIMES, TIMES.assign(mode="fwdbwd")])
     with pytest.raises(UsageError, match="several cases of"):

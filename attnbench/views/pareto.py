@@ -144,9 +144,25 @@ def plot_pareto(
 
 
 def _ok(frame: pd.DataFrame, study: str, metric: str) -> pd.DataFrame:
-    rows = normalised(frame[frame["study"].astype(str) == study])
+    """The successful `metric` rows of `study`, with numeric values; a value that is not a
+    number, or a time that is not above 0 (the time axis is logarithmic), is refused."""
+    rows = frame[frame["study"].astype(str) == study]
     rows = rows[(rows["status"].astype(str) == "ok") & (rows["metric"] == metric)]
-    rows = rows.dropna(subset=["value", "seq"]).copy()
+    values = pd.to_numeric(rows["value"], errors="coerce")
+    bad = rows[values.isna() & rows["value"].notna()]
+    if not bad.empty:
+        raise UsageError(
+            f"the {study} file has {metric} values that are not numbers "
+            f"({bad['value'].iloc[0]!r} for {bad['backend'].iloc[0]})"
+        )
+    rows = normalised(rows)
+    if study == "time" and (rows["value"] <= 0).any():
+        first = rows[rows["value"] <= 0].iloc[0]
+        raise UsageError(
+            f"the time file has a time of {first['value']:g} ms for {first['backend']}; "
+            "times must be above 0"
+        )
+    rows = rows.dropna(subset=["value", "seq"])
     for col in ("batch", "heads", "dim"):
         rows[col] = pd.to_numeric(rows[col], errors="coerce")
     rows["seq"] = rows["seq"].astype(int)
