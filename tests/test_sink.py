@@ -25,7 +25,7 @@ from attnbench.cli.parse import HIDDEN_NAME_ROOM, writable_file
 from attnbench.errors import UsageError
 from attnbench.results.interrupts import Terminated, deferred_interrupts, sigterm_as_interrupt
 from attnbench.results.read import read_rows
-from attnbench.results.schema import Row, fingerprint
+from attnbench.results.schema import Row, env_sidecar, fingerprint
 from attnbench.results.sink import ResultSink
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -768,3 +768,18 @@ def test_an_older_file_stays_whole_until_the_first_case_replaces_it(tmp_path, ou
         pass
     assert csv is None or read_rows(csv).empty
     assert js is None or json.loads(js.read_text())["rows"] == []
+
+
+def test_a_symlink_and_its_target_share_one_lock_and_the_link_stays_a_link(tmp_path):
+    """Locks were by name: --csv c.csv and --csv link.csv ran at once, and the link was
+    replaced by a regular file."""
+    csv, link = tmp_path / "c.csv", tmp_path / "link.csv"
+    link.symlink_to(csv.name)
+    with ResultSink(ENV, csv):
+        with pytest.raises(UsageError, match="c.csv is being written by another attnbench run"):
+            ResultSink(ENV, link).__enter__()
+    with ResultSink(ENV, link) as sink:
+        sink.add_case(case_rows("a"))
+    assert link.is_symlink() and os.readlink(link) == csv.name
+    assert len(pd.read_csv(csv)) == len(METRICS)
+    assert env_sidecar(link) == tmp_path / "c.env.json" and env_sidecar(link).is_file()

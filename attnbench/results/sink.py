@@ -56,6 +56,7 @@ from attnbench.results.schema import (
     env_sidecar,
     fingerprint,
     is_missing,
+    output_target,
     record,
     record_columns,
 )
@@ -100,8 +101,8 @@ class ResultSink:
         resume: bool = False,
     ):
         self.env = env
-        self.csv = None if csv is None else Path(csv)
-        self.json = None if json_path is None else Path(json_path)
+        self.csv = None if csv is None else output_target(csv)
+        self.json = None if json_path is None else output_target(json_path)
         self.resume = resume
         self.run_id = uuid.uuid4().hex
         self.fingerprint = fingerprint(env)
