@@ -254,7 +254,8 @@ def test_bad_files_are_one_line_errors(tmp_path):
     assert_one_line_error(invoke(tmp_path / "broken.json", good), "cannot read results")
     (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00garbage")
     assert_one_line_error(invoke(good, tmp_path / "binary.csv"), "cannot read results")
-    errors = [Row(**(asdict(r) | {"study": "error", "metric": "radian"})) for r in time_rows(1)]
+    timed = [r for r in time_rows(1) if r.metric == "time_ms"]
+    errors = [Row(**(asdict(r) | {"study": "error", "metric": "radian"})) for r in timed]
     write_v1(tmp_path / "error.csv", errors)
     assert_one_line_error(invoke(good, tmp_path / "error.csv"), "no time_ms rows")
     bad_samples = rows_frame(time_rows(seed=1)).assign(samples="[1.0, oops")

@@ -281,3 +281,25 @@ def test_a_schema_this_version_does_not_know_is_one_error_line(
 def test_rows_frame_has_the_written_columns():
     frame = rows_frame([make_row(), yoso_row()])
     assert list(frame.columns[: len(COLUMNS)]) == COLUMNS and "m" in frame
+
+
+@pytest.mark.parametrize("joined", [False, True], ids=["row-copied", "files-joined"])
+@pytest.mark.parametrize("command", ["plot", "compare"])
+def test_a_case_repeated_in_a_file_is_one_error_line(good_csv, tmp_path, joined, command):
+    """plot and compare pooled a repeated case as one with twice the samples."""
+    lines = good_csv.read_text().splitlines(keepends=True)
+    if joined:  # a second run's rows of the same cases: another run id, same case ids
+        df = pd.read_csv(good_csv)
+        df = pd.concat([df, df.assign(run_id="other")])
+        df.to_csv(good_csv, index=False)
+    else:
+        good_csv.write_text("".join([*lines, lines[2]]))
+    with pytest.raises(ValueError, match="repeated row"):
+        read_rows(good_csv)
+    out = tmp_path / "f.png"
+    args = [str(good_csv), "-o", str(out)] if command == "plot" else [str(good_csv)] * 2
+    result = CliRunner().invoke(cli.app, [command, *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "repeated row" in lines[0] and good_csv.name in lines[0], lines
+    assert not out.exists()

@@ -42,7 +42,31 @@ def read_rows(path: Path) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{path} is not an attnbench result file (missing {', '.join(missing)})")
     _check_schema(df, path)
-    return _as_v2(df)
+    df = _as_v2(df)
+    _check_unique(df, path)
+    return df
+
+
+# What names a case's row when a file has no case ids (schema 1): its settings and metric.
+_SETTINGS = ["study", "backend", "impl", "device", "dtype", "mode", "inputs", "batch", "heads",
+             "seq", "dim", "grid_h", "grid_w", "method"]  # fmt: skip
+
+
+def _check_unique(df: pd.DataFrame, path: Path) -> None:
+    """Refuse a file that holds one case's metric twice (rows repeated by hand, or two runs'
+    files joined): pooled, the two would read as one case with twice the samples."""
+    ids = df["case_id"].astype(object).fillna("").astype(str)
+    settings = df[_SETTINGS].astype(object)
+    settings.loc[ids != "", :] = ""  # a case id names the case alone
+    key = pd.concat([ids, settings, df[["metric", "stage"]].astype(object)], axis=1)
+    repeated = df[key.duplicated()]
+    if len(repeated):
+        first = repeated.iloc[0]
+        raise ValueError(
+            f"{path.name} holds {len(repeated)} repeated row(s), first {first['backend']} "
+            f"n={first['seq']} {first['metric']} (rows copied twice, or files joined): "
+            "keep one row per case and metric"
+        )
 
 
 def _check_schema(df: pd.DataFrame, path: Path) -> None:
