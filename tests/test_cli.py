@@ -1060,6 +1060,33 @@ def test_resume_runs_only_the_cases_the_file_lacks(tmp_path):
     assert len(new) == 6 and (new["run_id"] != first["run_id"].iloc[0]).all()
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "needle"),
+    [
+        (["--repeats", "2"], ["--repeats", "3"], "the study's options"),
+        ([], ["--dim", "16"], "dim 8 in the file, 16 here"),
+        (["--seq", "16,32"], ["--seq", "16"], "holds 1 case(s) this run would not make"),
+        ("error", [], "study error in the file, time here"),
+    ],
+    ids=["repeats", "dim", "fewer-sizes", "other-study"],
+)
+def test_resume_refuses_a_file_of_other_cases(tmp_path, first, then, needle):
+    """Resuming with other options, or into another study's file, exited 0 and mixed rows."""
+    csv = tmp_path / "r.csv"
+    if first == "error":
+        args = ["error", "--hashes", "8", "--seq", "16", "--trials", "1", "--heads", "1"]
+        assert_ok(invoke(*args, "--dim", "8", "--backends", "sdpa", "--csv", csv))
+        first = []
+    else:
+        assert_ok(invoke("time", *TINY, "--seq", "16", "--backends", "sdpa", *first, "--csv", csv))
+    before = pd.read_csv(csv)
+    result = invoke("time", *TINY, "--seq", "16", "--backends", "sdpa", *then, "--csv", csv,
+                    "--resume")  # fmt: skip
+    assert_one_line_error(result, needle)
+    assert "--resume:" in result.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(csv), before)
+
+
 def test_resume_needs_an_output_file():
     assert_one_line_error(invoke("time", "--seq", "16", "--resume"), "--resume")
 

@@ -76,7 +76,7 @@ def run_study(study, result_sink=None, isolate: bool = False, threads: int | Non
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnbench.run.runner import run
+    from attnbench.run.runner import check_resumable, run
 
     columns = (
         TextColumn("{task.description}"),
@@ -98,10 +98,13 @@ def run_study(study, result_sink=None, isolate: bool = False, threads: int | Non
     executor = "isolated" if isolate else "in-process"
     sweep = run(study, result_sink, executor, threads, on_case)
     total = len(study.cases)
-    with result_sink if result_sink is not None else nullcontext(), progress:
-        progress.update(task, total=total)
-        rows = [row for case_rows in sweep for row in case_rows]
-        progress.update(task, completed=total)
+    with result_sink if result_sink is not None else nullcontext():
+        if result_sink is not None and result_sink.resume:  # one error line, no progress yet
+            check_resumable(study.cases, result_sink)
+        with progress:
+            progress.update(task, total=total)
+            rows = [row for case_rows in sweep for row in case_rows]
+            progress.update(task, completed=total)
     return rows
 
 

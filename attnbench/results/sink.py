@@ -10,11 +10,12 @@ Invariants, and why they hold:
   (or a power cut) between the two files leaves the JSON one case behind the CSV, and
   `resume` reads the CSV.
 - A run's outputs replace older files only whole, with its first case: until then (a run
-  interrupted before any case finished) the older files stay as they were; a run that ends
-  normally without a case leaves empty files.
-- A commit writes only its case, so a sweep writes each byte about once. Opening a resumed
-  sink, or the first commit of a new one, writes every file whole (temp file + rename); so
-  does, rarely, a case that brings a column
+  interrupted or refused before any case finished) the older files stay as they were; a
+  run that ends normally without a case leaves empty files (a resumed one, the rows it
+  resumed from).
+- A commit writes only its case, so a sweep writes each byte about once. The first commit
+  of a run, resumed or not, writes every file whole (temp file + rename); so does, rarely,
+  a case that brings a column
   the CSV header lacks (a backend parameter or condition not seen before) or that replaces
   the rows of a resumed case.
 - A torn append is repaired before anything reads the file. SIGKILL can cut a write short,
@@ -114,7 +115,7 @@ class ResultSink:
         self._appended: dict[Path, _Output] = {}
         self._writing: Path | None = None  # the file being written, for the error line
         self._open = False
-        self._fresh = False  # no resume and nothing written yet: the first case replaces all
+        self._fresh = False  # nothing written yet: the first case rewrites every output
 
     @property
     def outputs(self) -> list[Path]:
@@ -134,9 +135,7 @@ class ResultSink:
                 remove_leftover_temps(path)
             if self.resume:
                 self._set_records(self._load())
-                self._commit(self._rewrite, self.records, True)
-            else:  # older files stay as they are until this run's first case replaces them
-                self._fresh = True
+            self._fresh = True  # the files stay as they are until this run's first case
         except BaseException:
             self._release()
             raise
@@ -146,8 +145,8 @@ class ResultSink:
     def __exit__(self, kind, *exc) -> None:
         self._open = False
         try:
-            if self._fresh and kind is None:  # a run that ended with no case: empty files
-                self._commit(self._rewrite, [], True)
+            if self._fresh and kind is None:  # a run that ended with no case
+                self._commit(self._rewrite, self.records, True)
         finally:
             with deferred_interrupts():
                 self._release()
@@ -203,9 +202,14 @@ class ResultSink:
             if flat.get("case_id"):
                 self._by_case.setdefault(flat["case_id"], []).append(flat)
 
+    @property
+    def source(self) -> Path | None:
+        """The file a resumed run reads: the CSV, written first at each commit, else the JSON."""
+        return next((p for p in (self.csv, self.json) if p is not None and p.exists()), None)
+
     def _load(self) -> list[dict]:
-        """The rows to resume from: the CSV, written first at each commit, else the JSON."""
-        source = next((p for p in (self.csv, self.json) if p is not None and p.exists()), None)
+        """The rows to resume from (see `source`)."""
+        source = self.source
         if source is None:
             return []
         try:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from attnbench.errors import UsageError
 from attnbench.measure.memory import available_bytes
 from attnbench.results.schema import Row, row_from_record
 from attnbench.run.case import Case
@@ -58,6 +59,44 @@ def run(
     study.validate(cases)
     make = EXECUTORS[executor] if isinstance(executor, str) else executor
     return _sweep(study, cases, make(study.measure, threads, study.steady), sink, on_case)
+
+
+def check_resumable(cases: list[Case], sink) -> None:
+    """Before resuming into an open `sink`: its file must hold only cases of this run, as
+    rows of cases it would not make (other options, another study's file) would be mixed
+    with its own. UsageError naming the settings that differ, else the study's options."""
+    planned = {case.case_id for case in cases}
+    foreign = [r for r in sink.records if r.get("case_id") not in planned]
+    if not foreign:
+        return
+    count = len({r.get("case_id") for r in foreign})
+    raise UsageError(
+        f"--resume: {sink.source} holds {count} case(s) this run would not make "
+        f"({_difference(foreign[0], cases)}); resume with the options that wrote it, or "
+        "write to another file"
+    )
+
+
+def _difference(row: dict, cases: list[Case]) -> str:
+    """How the case of `row` differs from the nearest case of this run."""
+
+    def differing(case: Case) -> list[str]:
+        values = {  # what a row records of its case (`study.case_row`)
+            "study": case.study, "backend": case.backend.spec, "inputs": case.inputs_label,
+            "seq": case.n, "batch": case.batch, "heads": case.heads, "dim": case.dim,
+            "dtype": case.dtype, "device": case.device, "mode": case.mode,
+        }  # fmt: skip
+        return [
+            f"{col} {row.get(col)} in the file, {value} here"
+            for col, value in values.items()
+            if str(row.get(col)) != str(value)
+        ]
+
+    best = min((differing(case) for case in cases), key=len, default=[])
+    if best:
+        return "; ".join(best[:3])
+    what = f"{row.get('backend')} n={row.get('seq')}"
+    return f"{what}: the study's options, such as --repeats, --warmup or --trials, differ"
 
 
 def _sweep(study, cases, executor, sink, on_case) -> Iterator[list[Row]]:
