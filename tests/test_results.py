@@ -3,6 +3,7 @@ and 2 files alike; a CSV cut off mid-row is refused."""
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -303,3 +304,27 @@ def test_a_case_repeated_in_a_file_is_one_error_line(good_csv, tmp_path, joined,
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "repeated row" in lines[0] and good_csv.name in lines[0], lines
     assert not out.exists()
+
+
+def test_plot_on_a_full_disk_is_one_error_line_and_keeps_the_older_figure(
+    good_csv, tmp_path, monkeypatch
+):
+    """plot -o on a full disk ended in a traceback."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    out = tmp_path / "fig.png"
+    out.write_bytes(b"older figure")
+
+    def full(self, fname, **kwargs):
+        fname.write(b"half a figure")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    result = CliRunner().invoke(cli.app, ["plot", str(good_csv), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert lines == [f"error: cannot write {out}: No space left on device"], lines
+    assert out.read_bytes() == b"older figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "r.csv", "r.env.json"]

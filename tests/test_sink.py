@@ -783,3 +783,21 @@ def test_a_symlink_and_its_target_share_one_lock_and_the_link_stays_a_link(tmp_p
     assert link.is_symlink() and os.readlink(link) == csv.name
     assert len(pd.read_csv(csv)) == len(METRICS)
     assert env_sidecar(link) == tmp_path / "c.env.json" and env_sidecar(link).is_file()
+
+
+def test_a_lock_that_cannot_be_written_is_one_error_and_leaves_no_lock_file(tmp_path, monkeypatch):
+    """A run started on a full disk ended in a traceback from the lock file's write and left
+    an empty lock file behind."""
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(results.os, "pwrite", full)
+    csv = tmp_path / "r.csv"
+    with pytest.raises(UsageError, match=f"cannot lock {csv}: No space left on device"):
+        ResultSink(ENV, csv).__enter__()
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    with ResultSink(ENV, csv) as sink:  # nothing left that stops the next run
+        sink.add_case(case_rows("a"))
+    assert len(read_rows(csv)) == len(METRICS)

@@ -363,11 +363,19 @@ def _take_lock(path: Path, owner: str, tail: bytes | None = None) -> _Lock:
     try:
         if tail is not None:
             _repair(path, _recorded_end(os.pread(fd, 4096, 0)), tail)
-        line = f"{os.getpid()} {' '.join(owner.split())[:200]}\n".encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, line, 0)
     except BaseException:
         os.close(fd)  # the lock file, and a record in it, stay for the next run
+        raise
+    line = f"{os.getpid()} {' '.join(owner.split())[:200]}\n".encode()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+    except OSError as exc:  # a full disk, say: no record to keep, so no lock file either
+        lock.unlink(missing_ok=True)
+        os.close(fd)
+        raise UsageError(f"cannot lock {path}: {exc.strerror}") from None
+    except BaseException:
+        os.close(fd)
         raise
     return _Lock(lock, fd, len(line))
 

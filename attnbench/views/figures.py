@@ -35,12 +35,18 @@ def figure_path(path: Path) -> Path:
 
 
 def atomic_save(fig, path: Path) -> None:
-    """Save through a temp file next to `path`, so a reader never sees half an image."""
+    """Save through a temp file next to `path`, so a reader never sees half an image; a
+    write the system refuses (a full disk) is one UsageError, the older file kept."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
     try:
         with open(tmp, "wb") as f:
             fig.savefig(f, format=path.suffix.lower()[1:], dpi=150, bbox_inches="tight")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
