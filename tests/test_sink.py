@@ -801,3 +801,20 @@ def test_a_lock_that_cannot_be_written_is_one_error_and_leaves_no_lock_file(tmp_
     with ResultSink(ENV, csv) as sink:  # nothing left that stops the next run
         sink.add_case(case_rows("a"))
     assert len(read_rows(csv)) == len(METRICS)
+
+
+def test_sigterm_while_probing_an_output_directory_leaves_no_probe_file(tmp_path, monkeypatch):
+    """A SIGTERM between creating and removing the probe left `.attnbench-probe-*`."""
+    import attnbench.cli.parse as parse
+
+    real_close = parse.os.close
+
+    def close_then_terminated(fd):
+        real_close(fd)
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the probe exists
+
+    monkeypatch.setattr(parse.os, "close", close_then_terminated)
+    with sigterm_as_interrupt(), pytest.raises(Terminated):
+        writable_file(tmp_path / "r.csv", "--csv")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []

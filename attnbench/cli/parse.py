@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnbench.errors import UsageError
+from attnbench.results.interrupts import deferred_interrupts
 
 if TYPE_CHECKING:
     import torch
@@ -295,9 +296,10 @@ def writable_file(path: Path, option: str) -> Path:
     if is_dir:
         raise UsageError(f"{option}: {path} is a directory")
     try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".attnbench-probe-")
-        os.close(fd)
-        os.unlink(probe)
+        with deferred_interrupts():  # no Ctrl-C or SIGTERM between creating and removing it
+            fd, probe = tempfile.mkstemp(dir=parent, prefix=".attnbench-probe-")
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         raise UsageError(f"{option}: cannot create files in {parent} ({exc.strerror})") from None
     return path
