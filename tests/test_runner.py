@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -263,6 +266,55 @@ def test_isolated_failures_are_classified_in_the_worker():
     cases = [make_case(n=16, **{"raise": RuntimeError(ALLOC)})]
     (row,) = rows_of(cases, FAILING, executor="isolated")
     assert row.status == "oom"
+
+
+def test_a_worker_dies_with_its_parent(tmp_path):
+    """A run killed with SIGKILL left its --isolate worker running (and writing)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT_OF_A_SLEEPING_WORKER], stdout=subprocess.PIPE, text=True
+    )
+    worker = int(parent.stdout.readline())
+    assert _alive(worker)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(worker)
+
+
+PARENT_OF_A_SLEEPING_WORKER = """
+import os, subprocess, sys
+code = (f"from attnbench.run.worker import die_with_parent; die_with_parent({os.getpid()}); "
+        "print('set', flush=True); import time; time.sleep(60)")
+child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "set"
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_case_folders_of_dead_runs_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors.tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{executors.CASE_FOLDER}{gone.pid}-abc"
+    live = tmp_path / f"{executors.CASE_FOLDER}{os.getpid()}-def"
+    other = tmp_path / "unrelated"
+    for folder in (dead, live, other):
+        folder.mkdir()
+        (folder / "case.pkl").write_bytes(b"x")
+    executors.Isolated(OK)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
 
 
 def test_the_executor_is_an_interface():

@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,17 +136,19 @@ class Isolated:
         self.measure = measure
         self.threads = threads
         self.steady = steady  # apply `steady_allocator` in the worker, as the parent did
+        remove_stale_case_folders()
 
     def run(self, case: Case) -> list[Row]:
-        with tempfile.TemporaryDirectory(prefix="attnbench-case-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"{CASE_FOLDER}{os.getpid()}-") as tmp:
             job, out = Path(tmp) / "case.pkl", Path(tmp) / "rows.json"
             job.write_bytes(pickle.dumps((case, self.measure, self.threads, self.steady)))
             # the worker imports what this process imports: this package, a plugin's module,
             # the module defining the measurement
             path = os.pathsep.join([_package_root(), *filter(None, sys.path)])
             env = {**os.environ, "PYTHONPATH": path}
+            parent = str(os.getpid())
             done = subprocess.run(
-                [sys.executable, "-m", "attnbench.run.worker", str(job), str(out)],
+                [sys.executable, "-m", "attnbench.run.worker", str(job), str(out), parent],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -159,6 +162,29 @@ class Isolated:
 
 
 EXECUTORS: dict[str, type[Executor]] = {"in-process": InProcess, "isolated": Isolated}
+
+# An isolated case's temp folder: this prefix, the run's pid, "-", a random name.
+CASE_FOLDER = "attnbench-case-"
+
+
+def remove_stale_case_folders() -> None:
+    """Remove the case folders of runs that are no longer alive (a run killed with SIGKILL
+    cannot remove its own); a folder whose pid is alive, or not ours to read, stays."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{CASE_FOLDER}*-*"):
+        pid = folder.name[len(CASE_FOLDER) :].partition("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _crash_reason(done: subprocess.CompletedProcess) -> str:

@@ -1,16 +1,32 @@
 """Runs one case in this fresh process for `executors.Isolated`:
-`python -m attnbench.run.worker CASE.pkl ROWS.json`. The case, its measurement, the thread
-count and the allocator choice come pickled; the rows go back as JSON. Only a crash of the
-process itself leaves no rows file."""
+`python -m attnbench.run.worker CASE.pkl ROWS.json PARENT_PID`. The case, its measurement,
+the thread count and the allocator choice come pickled; the rows go back as JSON. Only a
+crash of the process itself leaves no rows file. The worker dies with its parent, so a
+killed run leaves no case measuring on."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import pickle
+import signal
 import sys
 from pathlib import Path
 
+PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
-def main(job: str, out: str) -> None:
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux), and exit now if
+    the parent `parent` died before that was set."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def main(job: str, out: str, parent: str) -> None:
+    die_with_parent(int(parent))
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.threads import set_threads
     from attnbench.run.executors import CaseInputs, rows_to_json, run_case
@@ -24,4 +40,4 @@ def main(job: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])
