@@ -539,6 +539,30 @@ def test_no_arguments_shows_help_without_an_empty_error_line():
     assert result.stderr.strip() == ""
 
 
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [([], ["--version", "--help"]), (["time"], ["--isolate", "--resume", "--help"])],
+)
+def test_help_shows_no_value_type_for_a_flag(command, flags):
+    """Flags read as taking a value: `--version  <bool>`."""
+    result = runner.invoke(cli.app, [*command, "--help"], terminal_width=80)
+    assert_ok(result)
+    for flag in flags:
+        (line,) = [line for line in result.output.splitlines() if f"│ {flag} " in line]
+        assert "<" not in line, line
+
+
+def test_run_help_lists_every_shipped_profile_in_80_columns():
+    result = runner.invoke(cli.app, ["run", "--help"], terminal_width=80)
+    assert_ok(result)
+    shipped = sorted(p.name for p in (Path(__file__).parent.parent / "profiles").glob("*.toml"))
+    assert len(shipped) > 10
+    for name in shipped:
+        assert f" {name}: " in result.output
+    assert "yoso-fig7.toml: YOSO Fig. 7 on the CPU" in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+
+
 def test_run_executes_a_toml_profile(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lines = ['command = "time"', "[options]", 'seq = "32,64"', "warmup = 1", "repeats = 2"]

@@ -12,7 +12,7 @@ import sys
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from attnbench.errors import UsageError
 from attnbench.results.interrupts import Terminated, sigterm_as_interrupt
@@ -61,6 +61,17 @@ def _one_line_error(message: str) -> int:
         typer.echo(f"error: {' '.join(message.split())}", err=True)
     return 2
 
+
+_typed = TyperOption.display_type_rich
+
+
+def _untyped_flags(option: TyperOption, ctx) -> str | None:
+    """Help shows no value type for a flag (--help, --version, --isolate): it takes none.
+    Typer shows `<bool>` there, which reads as if the flag took a value."""
+    return None if option.is_flag else _typed(option, ctx)
+
+
+TyperOption.display_type_rich = _untyped_flags
 
 app = typer.Typer(
     cls=OneLineErrors,

@@ -10,9 +10,27 @@ from attnbench.errors import UsageError
 
 PROFILE_COMMANDS = ("time", "error", "maps", "model", "profile")
 PROFILE_KEYS = ("command", "options")
+# The profiles that come with attnbench, beside the package in a source checkout.
+SHIPPED = Path(__file__).resolve().parents[2] / "profiles"
 
 
-@core.app.command("run")
+def shipped_profiles(folder: Path = SHIPPED, width: int = 76) -> list[str]:
+    """"NAME: what it runs" for each profile in `folder`, what it runs being its first
+    comment line up to a colon, cut to fit `width` characters."""
+    lines = []
+    for path in sorted(folder.glob("*.toml")):
+        first = path.read_text().partition("\n")[0].lstrip("# ").strip()
+        line = f"{path.name}: {first.partition(': ')[0]}"
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    return lines
+
+
+def _epilog() -> str:
+    lines = shipped_profiles()
+    return "Profiles in profiles/:\n\n" + "\n".join(lines) if lines else ""
+
+
+@core.app.command("run", epilog=_epilog())
 def run_cmd(
     profile: Path = typer.Argument(..., help="a study file from profiles/, e.g. yoso-fig8.toml"),
 ) -> None:

@@ -37,7 +37,7 @@ def time_cmd(
     json: options.Json = None,
     plot: options.Plot = None,
 ) -> None:
-    """Runtime and peak memory vs sequence length (YOSO Fig. 7, SCRAM Fig. 4).
+    """Runtime and peak memory of one attention call vs sequence length (SCRAM Fig. 4).
 
     Lengths default to --seq 4096; --grid times images instead. Each row also gets its
     throughput and the share of this machine's roofline bound it reaches."""
