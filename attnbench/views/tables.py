@@ -20,21 +20,18 @@ from attnbench.views.labels import backend_label
 
 
 def backends_table(classes: dict) -> Table:
-    table = Table(title="attnbench backends")
-    for column in ("name", "parameters (defaults)", "complexity", "devices", "backward", "about"):
-        table.add_column(column)
+    """A row per backend: its name, then what it is, its parameters with their defaults, its
+    cost, devices and backward, one per line, so the table reads in 80 columns."""
+    table = Table(title="attnbench backends", show_lines=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it is, parameters (defaults), cost, devices, backward")
     for name, cls in classes.items():
-        params = ", ".join(f"{k}={p.default}" for k, p in cls.params.items()) or "-"
+        params = ", ".join(f"{k}={p.default}" for k, p in cls.params.items()) or "none"
         if cls.shorthand:
-            params += f"  ({name}-N sets {cls.shorthand})"
-        table.add_row(
-            name,
-            params,
-            cls.complexity,
-            ", ".join(cls.devices),
-            "yes" if cls.backward else "no",
-            cls.summary,
-        )
+            params += f" ({name}-N sets {cls.shorthand})"
+        backward = "backward: yes" if cls.backward else "no backward"
+        devices = f"runs on {', '.join(cls.devices)}; {backward}"
+        table.add_row(name, "\n".join([cls.summary, params, cls.complexity, devices]))
     return table
 
 
