@@ -11,7 +11,9 @@ from attnbench.errors import UsageError
 
 @core.app.command("plot")
 def plot_cmd(
-    results: Path = typer.Argument(..., help="a CSV or JSON written by time, error, model or profile"),
+    results: Path = typer.Argument(
+        ..., help="a CSV or JSON written by time, error, model or profile"
+    ),
     out: options.Out = None,
 ) -> None:
     """Redraw a study's figure from a saved result file.
