@@ -15,7 +15,7 @@ SHIPPED = Path(__file__).resolve().parents[2] / "profiles"
 
 
 def shipped_profiles(folder: Path = SHIPPED, width: int = 76) -> list[str]:
-    """"NAME: what it runs" for each profile in `folder`, what it runs being its first
+    """ "NAME: what it runs" for each profile in `folder`, what it runs being its first
     comment line up to a colon, cut to fit `width` characters."""
     lines = []
     for path in sorted(folder.glob("*.toml")):
