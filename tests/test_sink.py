@@ -426,9 +426,11 @@ def test_full_disk_in_a_run_is_one_error_line(tmp_path, monkeypatch):
     csv = tmp_path / "r.csv"
     result = CliRunner().invoke(cli.app, [*TIME, "--csv", str(csv)])
     assert result.exit_code == 2, result.output
-    # the progress display ends its (empty) last line on stderr before the error is printed
+    # off a terminal the progress is a line per case on stderr, before the error
     assert [line for line in result.stderr.splitlines() if line] == [
-        f"error: cannot write {csv}: No space left on device; the 1 completed cases are kept"
+        "[1/2] sdpa n=32",
+        "[2/2] sdpa n=64",
+        f"error: cannot write {csv}: No space left on device; the 1 completed cases are kept",
     ]
     frame = read_rows(csv)
     assert sorted(frame["metric"]) == sorted(METRICS) and frame["seq"].eq(32).all()

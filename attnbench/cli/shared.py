@@ -88,10 +88,15 @@ def run_study(study, result_sink=None, isolate: bool = False, threads: int | Non
     task = progress.add_task("starting")
     started = 0
 
+    logged = not core.progress_console.is_terminal  # a log file or pipe: a line per case
+
     def on_case(case) -> None:
         nonlocal started
         progress.update(task, description=case.title, completed=started)
         started += 1
+        if logged:
+            line = f"[{started}/{len(study.cases)}] {case.title}"
+            core.progress_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     if hasattr(study, "report"):
         study.report = lambda text: progress.update(task, description=text)
