@@ -1,5 +1,6 @@
 """The README opens with the two commands a new user runs; CI runs the second as written.
-The commands the docs show exist, and their links resolve."""
+The commands the docs show exist and every README command runs (made small), and their
+links resolve."""
 
 import re
 import shlex
@@ -71,3 +72,91 @@ def test_local_links_resolve():
 def test_readme_stays_short():
     """The README is the short tour; option reference and history live in docs/."""
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+# How each README command is made small: option -> small value (None: drop the option).
+SMALL = {
+    "--seq": "16,32", "--grid": "8x8", "--hashes": "8", "--repeats": "2", "--warmup": "0",
+    "--min-time": "0", "--trials": "1", "--mc-seeds": "1", "--steps": "1", "--max-batch": "1",
+    "--threads": "1", "--heads": "1", "--layers": "1",
+}  # fmt: skip
+
+
+def small(words: list[str]) -> list[str]:
+    """A README command line (`run PROFILE` expanded) with every size and count shrunk."""
+    from attnbench.cli.profiles import profile_argv
+
+    words = words[1:]  # without "attnbench"
+    if words[0] == "run":
+        words = profile_argv(ROOT / words[1]) + words[2:]
+    out = []
+    it = iter(words)
+    for word in it:
+        name, eq, value = word.partition("=")
+        if name in SMALL and name.startswith("--"):
+            out += [name, SMALL[name]]
+            if not eq:
+                next(it)
+        else:
+            out.append(word)
+    if out[0] in ("time", "profile") and "--repeats" not in out:
+        out += ["--repeats", "2", "--warmup", "0", "--min-time", "0"]
+    return out
+
+
+def _readme_lines() -> list[list[str]]:
+    """Each `attnbench` command of the README's bash blocks (`a && b` gives two)."""
+    found = []
+    for words in _commands((ROOT / "README.md").read_text()):
+        command = []
+        for word in [*words, "&&"]:
+            if word == "&&":
+                found.append(command)
+                command = []
+            else:
+                command.append(word)
+    return found
+
+
+def _models_installed() -> bool:
+    from attnbench.errors import UsageError
+    from attnbench.inputs import models
+
+    try:
+        models.model_dir("minilm")
+    except UsageError:
+        return False
+    return True
+
+
+def test_every_readme_command_runs_at_a_small_size(tmp_path, monkeypatch):
+    """A command the README shows that breaks fails here: each runs, in the README's order
+    (later ones read what earlier ones wrote), with its sizes and counts made small."""
+    import numpy as np
+    import torch
+    from typer.testing import CliRunner
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plots").mkdir()
+    n = 64
+    arr = np.random.default_rng(0).standard_normal((n, 8)).astype(np.float32)
+    np.savez(tmp_path / "my_qkv.npz", q=arr, k=arr, v=arr)
+    runner = CliRunner()
+    ran = 0
+    for words in _readme_lines():
+        argv = small(words)
+        if "cuda" in argv and not torch.cuda.is_available():
+            continue
+        if any("model:" in w for w in argv) and not _models_installed():
+            continue  # needs the models extra
+        if argv[0] == "compare":  # two runs to compare
+            for name in argv[1:3]:
+                time_argv = ["time", "--seq", "16", "--backends", "sdpa", "--repeats", "2"]
+                result = runner.invoke(app, [*time_argv, "--min-time", "0", "--csv", name])
+                assert result.exit_code == 0, result.output
+        result = runner.invoke(app, argv)
+        assert result.exit_code in (0, 1) if argv[0] == "compare" else result.exit_code == 0, (
+            f"{' '.join(words)}\n-> {' '.join(argv)}\n{result.output}"
+        )
+        ran += 1
+    assert ran >= 20
