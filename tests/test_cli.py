@@ -474,6 +474,9 @@ BAD_INPUTS = [
         [*ERROR, "--inputs", "text.pt"],
         "text.pt",
     ),
+    _case("seq-range-three-dots", [*TIME, "--seq", "512...4096"], "did you mean 512..4096"),
+    _case("seq-range-dash", [*TIME, "--seq", "1k-4k"], "did you mean 1k..4k"),
+    _case("grid-range-dash", ["maps", "--grid", "8x8-16x16"], "did you mean 8x8..16x16"),
     _case("inputs-pickled-object", [*ERROR, "--inputs", "object.pt"], "object.pt"),
     _case("inputs-sparse-tensor", [*ERROR, "--inputs", "sparse.pt"], "sparse.pt"),
     _case(

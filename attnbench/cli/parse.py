@@ -49,6 +49,21 @@ def _number(text: str, option: str) -> int:
     return value
 
 
+# A range written another way than a..b: a...b, a-b, a:b, a to b.
+_RANGE_TYPO = re.compile(r"([0-9][0-9a-zA-Z]*)\s*(?:\.{3,}|-|:|\s+to\s+)\s*([0-9][0-9a-zA-Z]*)")
+
+
+def _check_range_typo(item: str, option: str) -> None:
+    """Refuse a range written with ..., -, : or "to", suggesting the a..b it meant."""
+    match = _RANGE_TYPO.fullmatch(item.strip())
+    if match:
+        start, end = match.groups()
+        raise UsageError(
+            f"{option}: cannot read {item.strip()!r}; did you mean {start}..{end}, "
+            "the doubling range?"
+        )
+
+
 def parse_sizes(text: str, option: str) -> list[int]:
     """A comma list of sizes or doubling ranges: "4096", "1k,4k,16k", "512..16384", "8..128".
 
@@ -61,6 +76,7 @@ def parse_sizes(text: str, option: str) -> list[int]:
     for item in text.split(","):
         if not item.strip():
             raise UsageError(f"{option}: empty item in {text!r}")
+        _check_range_typo(item, option)
         if ".." in item:
             start_text, _, end_text = item.partition("..")
             start, end = _number(start_text, option), _number(end_text, option)
@@ -87,6 +103,7 @@ def parse_grids(text: str, option: str) -> list[tuple[int, int]]:
     for item in text.split(","):
         if not item.strip():
             raise UsageError(f"{option}: empty item in {text!r}")
+        _check_range_typo(item, option)
         if ".." in item:
             start_text, _, end_text = item.partition("..")
             (h, w), (h_end, w_end) = _grid(start_text, option), _grid(end_text, option)
