@@ -53,6 +53,8 @@ def test_maps_command_writes_the_figure(tmp_path):
         (["--grid", "4x4,8x8"], "one grid"),
         (["--inputs", "image:nope"], "unknown image"),
         (["-o", "OUT/m.txt"], "--out"),
+        (["--scale", "sum"], "--scale: unknown scale 'sum'"),
+        (["--colour", "sqrt"], "--colour: unknown colour scale 'sqrt'"),
     ],
 )
 def test_maps_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -89,28 +91,68 @@ def test_figure_inputs_draw_maps(source, grid):
     assert torch.allclose(amap.sum(-1), torch.ones(n, dtype=torch.float64))
 
 
-def test_map_panels_share_one_colour_scale_and_a_labelled_bar(tmp_path, monkeypatch):
+def _drawn(tmp_path, monkeypatch, maps: dict, **kwargs):
+    """The figure plot_maps draws of `maps` (label -> map), with a failed row between."""
     from attnbench.results.schema import Row
     from attnbench.views import maps as figure
 
     saved = {}
     monkeypatch.setattr(figure, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
-    maps = {"a": torch.rand(8, 8, dtype=torch.float64) * 0.2, "b": torch.rand(8, 8) * 0.9}
     case = dict(study="maps", impl="torch", device="cpu", dtype="float32", mode="fwd",
                 inputs="blobs", batch=1, heads=1, seq=64, dim=4,
                 metric="attention_map")  # fmt: skip
     rows = [Row(backend=label, array=amap, **case) for label, amap in maps.items()]
     rows.insert(1, Row(backend="c", status="error", reason="no map", **case))  # no panel
-    figure.plot_maps(rows, "t", tmp_path / "m.png")
+    figure.plot_maps(rows, "t", tmp_path / "m.png", **kwargs)
     fig = saved["fig"]
     images = [im for ax in fig.axes for im in ax.get_images()]
+    (bar,) = [ax for ax in fig.axes if ax.get_ylabel() and not ax.get_images()]
+    return fig, images, bar.get_ylabel()
+
+
+def test_raw_map_panels_share_one_colour_scale_and_a_labelled_bar(tmp_path, monkeypatch):
+    maps = {"a": torch.rand(8, 8, dtype=torch.float64) * 0.2, "b": torch.rand(8, 8) * 0.9}
+    fig, images, label = _drawn(tmp_path, monkeypatch, maps, scale="raw")
     assert len(images) == 2
     top = max(float(m.max()) for m in maps.values())
     assert all(im.get_clim() == (0.0, top) for im in images)
-    bars = [ax for ax in fig.axes if ax.get_ylabel().startswith("attention weight")]
-    assert len(bars) == 1
+    assert label == "weight as the backend gives it"
+    assert "raw weights" in fig.get_suptitle()
     titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
     assert titles == ["(a) a", "(b) b"]
+
+
+def test_maps_draw_each_row_as_its_share_by_default(tmp_path, monkeypatch):
+    """YOSO's raw E (rows summing far above 1) looked brighter than softmax on one scale;
+    its rows divided by their sums are the distribution YOSO applies."""
+    e = torch.rand(8, 8, dtype=torch.float64) * 0.5 + 0.3
+    e[3] = 0.0  # a row with no collision stays 0
+    soft = torch.softmax(torch.randn(8, 8, dtype=torch.float64), -1)
+    fig, images, label = _drawn(tmp_path, monkeypatch, {"yoso-e": e, "softmax": soft})
+    drawn = [np.asarray(im.get_array()) for im in images]
+    expected = (e / e.sum(-1, keepdim=True)).nan_to_num(0.0).numpy()
+    np.testing.assert_allclose(drawn[0], expected)
+    np.testing.assert_allclose(drawn[1], soft.numpy())
+    assert label == "share of the row's weight"
+    assert "each row normalised to sum 1" in fig.get_suptitle()
+
+
+@pytest.mark.parametrize(("colour", "norm", "words"), [
+    ("log", "LogNorm", ", log scale"), ("p99", "Normalize", ", clipped at p99 = "),
+])  # fmt: skip
+def test_colour_scales_are_shared_and_named_on_the_bar(tmp_path, monkeypatch, colour, norm, words):
+    maps = {"a": torch.rand(8, 8, dtype=torch.float64), "b": torch.rand(8, 8) ** 4}
+    _, images, label = _drawn(tmp_path, monkeypatch, maps, scale="raw", colour=colour)
+    assert {type(im.norm).__name__ for im in images} == {norm}
+    assert len({im.get_clim() for im in images}) == 1
+    assert words in label
+    top = max(float(m.max()) for m in maps.values())
+    low, high = images[0].get_clim()
+    if colour == "log":
+        assert (low, high) == pytest.approx((top / 1000, top))
+    else:
+        everything = np.concatenate([m.numpy().ravel() for m in maps.values()])
+        assert (low, high) == pytest.approx((0.0, np.percentile(everything, 99)))
 
 
 def test_maps_draw_a_file_and_refuse_a_grid_longer_than_it(tmp_path):

@@ -16,6 +16,12 @@ def maps_cmd(
     grid: options.Grid = "1x128",
     dim: options.Dim = 4,
     query: str = typer.Option(None, help="y,x: draw this query's map over the key image"),
+    scale: str = typer.Option(
+        "rows", help="rows: each row as its share of the row (what a backend applies); raw"
+    ),
+    colour: str = typer.Option(
+        "linear", help="linear, p99 (clipped at the 99th percentile) or log (3 decades)"
+    ),
     seed: options.Seed = 0,
     out: options.Out = Path("maps.png"),
 ) -> None:
@@ -26,9 +32,13 @@ def maps_cmd(
     from attnbench.cli.parse import check_inputs_fit, check_seed, output_path, parse_grids, positive
     from attnbench.studies.maps import MapsSpec
     from attnbench.views.figures import PLOT_SUFFIXES
-    from attnbench.views.maps import plot_maps
+    from attnbench.views.maps import COLOURS, SCALES, plot_maps
 
     seed = check_seed(seed)
+    if scale not in SCALES:
+        raise UsageError(f"--scale: unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+    if colour not in COLOURS:
+        raise UsageError(f"--colour: unknown colour scale {colour!r}; valid: {', '.join(COLOURS)}")
     grids = parse_grids(grid, "--grid")
     if len(grids) != 1:
         raise UsageError("--grid: maps take one grid HxW")
@@ -52,7 +62,8 @@ def maps_cmd(
         raise UsageError("no backend could draw its map")
     height, width = spec.grid
     where = f", query ({spec.query[0]}, {spec.query[1]})" if spec.query else ""
-    plot_maps(rows, f"{inputs} · {height}x{width} · d = {spec.inputs.dim}{where}", out, spec.query)
+    title = f"{inputs} · {height}x{width} · d = {spec.inputs.dim}{where}"
+    plot_maps(rows, title, out, spec.query, scale, colour)
     core.console.print(f"wrote {out}")
 
 
