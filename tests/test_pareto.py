@@ -158,3 +158,24 @@ def test_pareto_mistakes_are_one_line_errors(studies, tmp_path, monkeypatch, arg
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_point_whose_time_was_flagged_unstable_is_drawn_hollow(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    import attnbench.views.pareto as pareto
+
+    saved = {}
+    monkeypatch.setattr(pareto, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    monkeypatch.setattr(plt, "close", lambda fig: None)
+    times = TIMES.assign(stable=[True, False, True, True, True, True])  # b at n=64
+    points = pareto_points(times, ERRORS, seq=64)
+    assert points.set_index("backend")["unstable"].to_dict() == {"a": False, "b": True, "c": False}
+    pareto.plot_pareto(points, tmp_path / "p.png")
+    ax = saved["fig"].axes[0]
+    faces = {line.get_markerfacecolor() for line in ax.get_lines() if len(line.get_xdata())}
+    assert "white" in faces
+    labels = [t.get_text() for t in saved["fig"].legends[0].get_texts()]
+    assert any(label.startswith("hollow: flagged unstable") for label in labels)
+    right = ax.get_xlim()[1]
+    assert right >= 2 * points["time_ms"].max()  # room for the last label

@@ -305,3 +305,45 @@ def test_error_cases_that_did_not_run_are_marked(monkeypatch, tmp_path):
     assert marks and sorted(n for xs in marks.values() for n in xs) == [1024, 2048]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "out of memory" in legend
+
+
+def test_unstable_points_are_drawn_hollow_and_named_in_the_legend(monkeypatch, tmp_path):
+    """A run whose every case was flagged plotted as a clean result."""
+    rows = [r for r in _time_rows() if r.status == "ok"]
+    for r in rows:
+        r.stable = not (r.metric == "time_ms" and r.backend == "sdpa" and r.seq == SEQS[-1])
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    hollow = [ln for ln in fig.axes[0].get_lines() if ln.get_markerfacecolor() == "white"]
+    assert [list(ln.get_xdata()) for ln in hollow] == [[SEQS[-1]]]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(text.startswith("hollow: flagged unstable") for text in legend)
+    for r in rows:
+        r.stable = True
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    assert not [ln for ln in fig.axes[0].get_lines() if ln.get_markerfacecolor() == "white"]
+
+
+def test_a_sequence_study_does_not_speak_of_images(monkeypatch, tmp_path):
+    ax = _figure_of(monkeypatch, tmp_path, _time_rows()).axes[0]
+    assert ax.get_xlabel() == "sequence length n"
+
+
+@pytest.mark.parametrize(
+    ("reasons", "words"),
+    [
+        (
+            ["batch capped at --max-batch 2"] * 2,
+            "batch 2: capped at --max-batch 2, not the largest",
+        ),
+        (["", ""], "largest batch that fits, batch 2"),
+    ],
+)
+def test_model_figure_says_whether_the_batch_was_capped(monkeypatch, tmp_path, reasons, words):
+    """The committed Fig. 7 said "largest batch that fits" while every row was capped."""
+    rows = [
+        _row("model", "sdpa", seq, "time_per_instance_ms", seq / 10.0, reason=reason,
+             mode="train")
+        for seq, reason in zip((512, 1024), reasons, strict=True)
+    ]  # fmt: skip
+    title = _figure_of(monkeypatch, tmp_path, rows)._suptitle.get_text()
+    assert words in title

@@ -174,7 +174,7 @@ def plain_log_ticks(axis, minor_thresholds: tuple[float, float] | None = None) -
 def style_n_axis(ax, seqs) -> None:
     """Log-2 n axis with plain numbers at the measured lengths."""
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("sequence length n (pixels H×W for image inputs)")
+    ax.set_xlabel("sequence length n")  # image studies relabel it (plots._label_grid_axes)
     seqs = sorted(set(seqs))
     if 0 < len(seqs) <= 12:
         ax.set_xticks(seqs)

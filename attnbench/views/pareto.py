@@ -23,6 +23,7 @@ from attnbench.views.figures import (
     with_env,
 )
 from attnbench.views.labels import backend_label
+from attnbench.views.plots import UNSTABLE_LABEL, unstable
 
 DEFAULT_METRIC = "radian_vs_softmax"
 KEYS = ["backend", "seq", "batch", "heads", "dim"]  # what a time row and an error row share
@@ -63,7 +64,8 @@ def pareto_points(
                 f"the {what} file has several cases of {', '.join(repeated)} at n={seq} "
                 "(modes, dtypes or inputs): give one case per backend"
             )
-    time = time[[*KEYS, "value", "p10", "p90", "inputs", "device", "mode", "dtype"]]
+    time = time.assign(unstable=unstable(time))
+    time = time[[*KEYS, "value", "p10", "p90", "inputs", "device", "mode", "dtype", "unstable"]]
     error = error[[*KEYS, "value", "std", "inputs"]]
     points = time.merge(error, on=KEYS, suffixes=("", "_error"))
     if points.empty:
@@ -122,16 +124,23 @@ def plot_pareto(
             below = i % 2 == 1 and p["error"] > low
             xerr = [[max(p["time_ms"] - p["p10"], 0)], [max(p["p90"] - p["time_ms"], 0)]]
             yerr = p["error_std"] if pd.notna(p["error_std"]) else None
+            face = "white" if p["unstable"] else color  # hollow: its time was flagged
             ax.errorbar(p["time_ms"], p["error"], xerr=None if pd.isna(p["p10"]) else xerr,
                         yerr=yerr, marker="o" if p["front"] else "s", color=color,
-                        markersize=6, capsize=2, linestyle="none")  # fmt: skip
+                        markerfacecolor=face, markersize=6, capsize=2,
+                        linestyle="none")  # fmt: skip
             ax.annotate(backend_label(str(p["backend"])), (p["time_ms"], p["error"]),
                         textcoords="offset points", xytext=(5, -11 if below else 4),
                         fontsize="small", color=color)  # fmt: skip
         front = points[points["front"]].sort_values("time_ms")
         ax.step(front["time_ms"], front["error"], where="post", color="C0", alpha=0.5,
                 linewidth=1, label="Pareto front (no backend both faster and closer)")  # fmt: skip
+        if points["unstable"].any():
+            ax.plot([], [], linestyle="none", marker="o", markerfacecolor="white", color="0.35",
+                    label=UNSTABLE_LABEL)  # fmt: skip
         ax.set_xscale("log")
+        # room to the right for the last point's label, which went past the frame
+        ax.set_xlim(points["time_ms"].min() / 1.3, points["time_ms"].max() * 2.5)
         plain_log_ticks(ax.xaxis, minor_thresholds=(2, 1))
         ax.set_xlabel("time per call (ms), median with p10–p90 bar")
         ax.set_ylabel(f"{_metric_label(metric)}, mean ± std over trials")

@@ -72,6 +72,17 @@ def plot_results(df: pd.DataFrame, path: Path, env: dict | None = None) -> None:
     _save(fig, path)
 
 
+UNSTABLE_LABEL = "hollow: flagged unstable by its run (spread or CPU wait)"
+
+
+def unstable(rows: pd.DataFrame) -> pd.Series:
+    """Whether each row's run flagged its case unstable (`stable` false; a row with no
+    verdict, as a model study's, is not flagged)."""
+    if "stable" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["stable"].astype(str).str.lower().isin(["false", "0", "0.0"])
+
+
 def _save(fig, path: Path) -> None:
     try:
         atomic_save(fig, path)
@@ -92,7 +103,8 @@ def time_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
     drawn = pd.concat([time, memory])
     parts, varying = case_parts(pd.concat([drawn, failed]))
     panels = [m for m, frame in ((TIME_METRIC, time), (MEMORY_METRIC, memory)) if not frame.empty]
-    fig, axes = new_figure(len(panels), "Runtime and peak memory vs sequence length", parts)
+    against = "image size" if _grid_labels(pd.concat([drawn, failed])) else "sequence length"
+    fig, axes = new_figure(len(panels), f"Runtime and peak memory vs {against}", parts)
     lines = _Lines(pd.concat([drawn, failed]), varying)
     for ax, metric in zip(axes, panels, strict=True):
         style_n_axis(ax, pd.concat([drawn["seq"], failed["seq"]]))
@@ -142,7 +154,7 @@ def model_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
     failed = failed[failed["metric"].isin(metrics)]
     parts, varying = case_parts(pd.concat([drawn, failed]).drop(columns="batch"))
     panels = [p for p in MODEL_PANELS if not drawn[drawn["metric"] == p[0]].empty]
-    title = "Training cost per instance vs sequence length (largest batch that fits)"
+    title = f"Training cost per instance vs sequence length ({_batch_note(drawn)})"
     fig, axes = new_figure(len(panels), title, parts)
     lines = _Lines(pd.concat([drawn, failed]), varying)
     for ax, (metric, ylabel, what) in zip(axes, panels, strict=True):
@@ -157,6 +169,18 @@ def model_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
         lines.draw_failed(ax, failed, frame)
     lines.legend(fig, axes)
     return fig
+
+
+def _batch_note(rows: pd.DataFrame) -> str:
+    """What the model figure's batch was: the largest that fits, or a cap that bound it."""
+    batches = sorted({int(b) for b in pd.to_numeric(rows["batch"], errors="coerce").dropna()})
+    caps = rows["reason"].astype(str).str.extract(r"capped at --max-batch (\d+)")[0].dropna()
+    size = f"batch {batches[0]}" if len(batches) == 1 else f"batch {batches[0]}–{batches[-1]}"
+    if len(caps) == len(rows) and len(rows):
+        return f"{size}: capped at --max-batch {caps.iloc[0]}, not the largest that fits"
+    if len(caps):
+        return f"largest batch that fits, {size}; capped at --max-batch {caps.iloc[0]} in places"
+    return f"largest batch that fits, {size}" if batches else "largest batch that fits"
 
 
 def error_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
@@ -256,8 +280,9 @@ class _Lines:
         return {"color": f"C{idx % 10}", "marker": self.MARKERS[idx % len(self.MARKERS)]}
 
     def draw_failed(self, ax, failed: pd.DataFrame, ok: pd.DataFrame) -> None:
-        """A mark at the bottom edge, in the backend's colour, at each n whose case did not
-        run (FAILED_MARKS by status), unless a later run of the case succeeded."""
+        """A mark on the x axis (not at a value: the case has none), in the backend's colour,
+        at each n whose case did not run (FAILED_MARKS by status), unless a later run of the
+        case succeeded."""
         done = {(b, e, n) for b, e, g in _series(ok, self.varying) for n in g["seq"]}
         edge = ax.get_xaxis_transform()  # x in data, y in axes fractions
         stacked: dict[float, int] = {}  # marks already at an n: the next one goes above
@@ -273,7 +298,7 @@ class _Lines:
                 marker, text = FAILED_MARKS.get(status, FAILED_MARKS["error"])
                 heights = []
                 for n in seqs:
-                    heights.append(0.03 + 0.06 * stacked.get(n, 0))
+                    heights.append(0.06 * stacked.get(n, 0))  # on the axis: no value
                     stacked[n] = stacked.get(n, 0) + 1
                 ax.plot(
                     seqs, heights, transform=edge, linestyle="none",
@@ -299,11 +324,21 @@ class _Lines:
                 ))  # fmt: skip
 
     def draw(self, ax, rows: pd.DataFrame, band: tuple[str, str] | None = None) -> None:
+        """A line per series; a point its run flagged unstable is drawn hollow."""
         series = sorted(_series(rows, self.varying), key=lambda s: (self.order.index(s[0]), s[1]))
         for backend, extra, group in series:
             style = self._style(backend, extra)
             label = self.labels[backend] + (f" ({extra})" if extra else "")
             ax.plot(group["seq"], group["value"], label=label, markersize=5, **style)
+            shaky = group[unstable(group)]
+            if not shaky.empty:
+                ax.plot(shaky["seq"], shaky["value"], linestyle="none", marker=style["marker"],
+                        markersize=7, markerfacecolor="white", markeredgewidth=1.5,
+                        color=style["color"], zorder=3)  # fmt: skip
+                self.extras.setdefault(UNSTABLE_LABEL, Line2D(
+                    [], [], linestyle="none", marker="o", markersize=7, markerfacecolor="white",
+                    markeredgewidth=1.5, color="0.35", label=UNSTABLE_LABEL,
+                ))  # fmt: skip
             if band is not None:
                 lo, hi = (group[c] if c in group else None for c in band)
                 if lo is not None and hi is not None and (lo.notna() & hi.notna()).any():
@@ -355,12 +390,14 @@ def _grid_labels(rows: pd.DataFrame) -> dict[int, str]:
 def _label_grid_axes(fig, rows: pd.DataFrame) -> None:
     """Grid studies: each panel's x axis names the image sizes ("64x64") at n = H*W."""
     labels = _grid_labels(rows)
-    if not labels or len(labels) > 12:
-        return
-    seqs = sorted(labels)
+    images = "grid_h" in rows and not rows.empty and rows["grid_h"].notna().all()
     for ax in fig.axes:
         if ax.get_xscale() != "log":  # colour bars and other non-n axes
             continue
-        ax.set_xticks(seqs, [labels[n] for n in seqs])
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("image size H×W (n = H·W tokens)")
+        if labels and len(labels) <= 12:
+            seqs = sorted(labels)
+            ax.set_xticks(seqs, [labels[n] for n in seqs])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xlabel("image size H×W (n = H·W tokens)")
+        elif images:  # sizes too many, or several per n, to name on the axis
+            ax.set_xlabel("image tokens n = H·W")
