@@ -179,3 +179,19 @@ def test_a_point_whose_time_was_flagged_unstable_is_drawn_hollow(tmp_path, monke
     assert any(label.startswith("hollow: flagged unstable") for label in labels)
     right = ax.get_xlim()[1]
     assert right >= 2 * points["time_ms"].max()  # room for the last label
+
+
+def test_a_magnitude_error_leaves_out_backends_with_unit_output_rows():
+    """YOSO's outputs are unit rows: its relative Frobenius error against softmax is no
+    measure of closeness, so it is not drawn as one."""
+    yoso = "yoso:m=8,tau=8,seed=0"
+    times = rows("time", "time_ms", [("sdpa", 64, 1.0), (yoso, 64, 0.5), ("performer", 64, 0.7)])
+    metric = "rel_frobenius_vs_softmax"
+    errors = rows("error", metric, [("sdpa", 64, 0.0), (yoso, 64, 0.9), ("performer", 64, 0.3)])
+    points = pareto_points(times, errors, metric=metric)
+    assert points["backend"].tolist() == ["performer", "sdpa"]
+    assert points.attrs["inapplicable"] == [yoso]
+    radian = errors.assign(metric="radian_vs_softmax")
+    assert yoso in pareto_points(times, radian)["backend"].tolist()
+    with pytest.raises(UsageError, match="does not apply to"):
+        pareto_points(times[times["backend"] == yoso], errors, metric=metric)

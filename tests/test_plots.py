@@ -347,3 +347,27 @@ def test_model_figure_says_whether_the_batch_was_capped(monkeypatch, tmp_path, r
     ]  # fmt: skip
     title = _figure_of(monkeypatch, tmp_path, rows)._suptitle.get_text()
     assert words in title
+
+
+def test_error_table_leaves_out_magnitude_errors_of_unit_row_backends():
+    """YOSO's relative Frobenius and max-abs errors were printed as if they measured it."""
+    from rich.console import Console
+
+    from attnbench.views.tables import error_table
+
+    yoso = "yoso:m=8,tau=8,seed=0"
+    rows = [
+        _row("error", yoso, 64, "radian_vs_softmax", 0.3, std=0.0),
+        _row("error", yoso, 64, "rel_frobenius_vs_softmax", 0.9, std=0.0),
+        _row("error", yoso, 64, "mc_bias_vs_softmax", 0.5, std=0.0),
+        _row("error", "performer", 64, "rel_frobenius_vs_softmax", 0.4, std=0.0),
+    ]
+    console = Console(width=200, record=True)
+    console.print(error_table(rows_frame(rows)))
+    text = console.export_text()
+    lines = [line for line in text.splitlines() if "│" in line]
+    assert any("yoso-8" in line and "radian_vs_softmax" in line for line in lines)
+    assert not any("yoso-8" in line and "_vs_softmax" in line and "radian" not in line
+                   for line in lines)  # fmt: skip
+    assert any("performer" in line and "rel_frobenius" in line for line in lines)
+    assert "not shown for yoso-8: rel_frobenius, max_abs, mc_bias, mc_std" in text

@@ -111,6 +111,9 @@ class Backend:
     backward: ClassVar[bool] = True
     stochastic: ClassVar[bool] = False
     spatial: ClassVar[bool] = False  # forward takes the grid (H, W) of the tokens
+    # Output rows are l2-normalised (YOSO): only their direction compares with another
+    # backend's output, so errors of magnitude (relative Frobenius, max-abs, MC bias) do not.
+    unit_rows: ClassVar[bool] = False
     # map_blocks computes only the rows asked for (else it returns the whole dense map)
     map_in_blocks: ClassVar[bool] = False
     summary: ClassVar[str] = ""

@@ -94,6 +94,7 @@ class YOSO(Resampling, Backend):
     complexity = "O(n m tau log d + n m d) time, O(chunk 2^tau d) tables"
     stochastic = True
     summary = "YOSO-m: m LSH hashes, Bernoulli sampling, lower-bound backward"
+    unit_rows = True
     stages = ("normalise", "hash", "cumulation", "output_normalise")
     # backward=lsh marks dV, dQ, dK; backward=dense|expected the one dense backward (__init__)
     backward_stages = ("backward", *LSH_STAGES)

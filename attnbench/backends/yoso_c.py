@@ -63,6 +63,7 @@ class YOSOC(YOSO):
     }
     complexity = YOSO.complexity + " + O(n conv d) convolution"
     summary = "YOSO-C-m: YOSO-m plus a depthwise convolution of V (added after normalising)"
+    unit_rows = False  # the convolution's term has a magnitude
     stages = (*YOSO.stages, "conv")
 
     def __init__(self, **values):

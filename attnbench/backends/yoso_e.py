@@ -79,6 +79,7 @@ class YOSOE(Backend):
     }
     complexity = "O(n^2 d) time, O(n^2) memory"
     summary = "YOSO expectation (m -> infinity), dense"
+    unit_rows = True
     stages = ("collision_probability", "weighted_sum")
 
     def forward(self, q, k, v, mask=None):

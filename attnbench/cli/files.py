@@ -45,6 +45,7 @@ def pareto_cmd(
     Prints the table; --out also draws the figure."""
     from attnbench.cli.parse import output_path
     from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.labels import backend_label
     from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
 
     for path in (time_file, error_file):
@@ -55,9 +56,13 @@ def pareto_cmd(
         out = output_path(out, "--out", PLOT_SUFFIXES)
     points = pareto_points(*frames, seq=seq, metric=metric)
     core.console.print(render_table(points, metric))
-    missing = unmatched(*frames, points)
+    dropped = points.attrs.get("inapplicable", [])
+    missing = [b for b in unmatched(*frames, points) if b not in dropped]
     if missing:
         typer.echo(f"in one file only, not drawn: {', '.join(missing)}")
+    if dropped:
+        names = ", ".join(backend_label(b) for b in dropped)
+        typer.echo(f"{metric} does not apply to {names} (unit output rows), not drawn")
     if out is not None:
         plot_pareto(points, out, metric, shared.run_env(time_file))
         core.console.print(f"wrote {out}")

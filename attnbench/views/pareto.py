@@ -24,6 +24,7 @@ from attnbench.views.figures import (
 )
 from attnbench.views.labels import backend_label
 from attnbench.views.plots import UNSTABLE_LABEL, unstable
+from attnbench.views.tables import inapplicable
 
 DEFAULT_METRIC = "radian_vs_softmax"
 KEYS = ["backend", "seq", "batch", "heads", "dim"]  # what a time row and an error row share
@@ -76,8 +77,18 @@ def pareto_points(
         columns={"value": "time_ms", "value_error": "error", "std": "error_std",
                  "inputs": "time_inputs", "inputs_error": "error_inputs"}
     )  # fmt: skip
+    dropped = [b for b in points["backend"] if inapplicable({"metric": metric, "backend": b})]
+    points = points[~points["backend"].isin(dropped)]
+    if points.empty:
+        raise UsageError(
+            f"{metric} does not apply to {', '.join(dropped)} (unit output rows): use "
+            "--metric radian_vs_softmax"
+        )
+    points = points.copy()
     points["front"] = pareto_front(points["time_ms"].tolist(), points["error"].tolist())
-    return points.sort_values("time_ms").reset_index(drop=True)
+    points = points.sort_values("time_ms").reset_index(drop=True)
+    points.attrs["inapplicable"] = dropped
+    return points
 
 
 def pareto_front(costs: list[float], errors: list[float]) -> list[bool]:

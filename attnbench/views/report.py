@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from attnbench.results.read import read_rows
+from attnbench.views.tables import inapplicable
 
 REPORTS = {
     "yoso.md": ("yoso-", "cpu-time"),
@@ -267,7 +268,9 @@ def error_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
     for _, row in frame.iterrows():
         key = (row["backend"], _size(row))
         cells.setdefault(key, {})
-        if row["status"] == "ok":
+        if row["status"] == "ok" and inapplicable(row):
+            cells[key][row["metric"]] = "n/a (unit rows)"
+        elif row["status"] == "ok":
             std = row.get("std")
             text = _num(row["value"])
             cells[key][row["metric"]] = text if _missing(std) else f"{text} ± {_num(std)}"

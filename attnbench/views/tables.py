@@ -14,6 +14,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.backends import get_backend
+from attnbench.errors import UsageError
 from attnbench.measure.metrics import SLOPE
 from attnbench.results.schema import CONDITION_KEYS
 from attnbench.views.labels import backend_label
@@ -137,13 +139,23 @@ def unstable_warning(frame: pd.DataFrame, max_spread: float) -> str | None:
 
 def error_table(frame: pd.DataFrame) -> Table:
     """A line per backend, length and metric; then each fitted slope of the angle against
-    log2 n (rad per doubling of n, std = its standard error) on a line of its own."""
+    log2 n (rad per doubling of n, std = its standard error) on a line of its own. Errors of
+    magnitude are left out for backends whose outputs are unit rows (`inapplicable`), and
+    the caption says so."""
     table = Table(
         title="attnbench error (mean +- std over trials; slopes: fit over all n, +- std error)"
     )
     for column in ("backend", "n", "metric", "value", "std"):
         table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
     records = _records(frame)
+    left_out = sorted({backend_label(r["backend"]) for r in records if inapplicable(r)})
+    if left_out:
+        table.caption = (
+            f"not shown for {', '.join(left_out)}: {', '.join(MAGNITUDE_ERRORS)} against a "
+            "reference without unit output rows — theirs are unit rows, so only the angle "
+            "compares"
+        )
+    records = [r for r in records if not inapplicable(r)]
     slopes = [r for r in records if r["metric"].startswith(SLOPE)]
     for r in [r for r in records if not r["metric"].startswith(SLOPE)] + slopes:
         n = "all n" if r["metric"].startswith(SLOPE) else _n(r["seq"])
@@ -153,6 +165,24 @@ def error_table(frame: pd.DataFrame) -> Table:
             continue
         table.add_row(label, n, r["metric"], f"{r['value']:.4g}", f"{r['std']:.2g}")
     return table
+
+
+# Errors that compare output magnitudes: meaningless for a backend with unit output rows.
+MAGNITUDE_ERRORS = ("rel_frobenius", "max_abs", "mc_bias", "mc_std")
+
+
+def inapplicable(record: dict) -> bool:
+    """An error of magnitude between a backend whose outputs are unit rows and a reference
+    whose are not, or the other way round (Backend.unit_rows): YOSO against softmax, not
+    YOSO-m against YOSO-E."""
+    name, _, reference = str(record["metric"]).partition("_vs_")
+    if name not in MAGNITUDE_ERRORS:
+        return False
+    try:
+        backend = get_backend(str(record["backend"]))
+        return backend.unit_rows != get_backend(reference.replace("_", "-")).unit_rows
+    except UsageError:  # a backend this install does not have: nothing known of it
+        return False
 
 
 def model_table(frame: pd.DataFrame) -> Table:
