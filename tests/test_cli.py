@@ -1143,3 +1143,19 @@ def test_the_scram_figure_inputs_run_in_time_and_error(tmp_path, inputs, grid):
         assert_ok(result)
         df = pd.read_csv(csv)
         assert (df["status"] == "ok").all() and df["inputs"].str.startswith(inputs).all()
+
+
+def test_time_table_names_image_sizes_and_why_a_speedup_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "console", Console(width=200))
+    result = invoke("time", *TINY[:6], "--seq", "32", "--backends", "softmax")
+    assert_ok(result)
+    assert "speed-up: none, sdpa (--baseline) was not among the backends of this run" in (
+        result.stdout
+    )
+    result = invoke("time", *TINY[:6], "--grid", "8x8", "--inputs", "blobs", "--dim", "3",
+                    "--backends", "sdpa,softmax")  # fmt: skip
+    assert_ok(result)
+    header = next(line for line in result.stdout.splitlines() if "backend" in line)
+    assert "H×W" in header and " n " not in header
+    assert any(line.split()[:2] == ["softmax", "8x8"] for line in result.stdout.splitlines())
+    assert "speed-up" not in result.stdout.split("status")[-1]  # no gap, no caption

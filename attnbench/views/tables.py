@@ -43,7 +43,10 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     spec), status; an unstable case is marked in its status, and in its spread when that is
     above max_spread."""
     table = Table(title="attnbench time", box=box.SIMPLE_HEAD)
-    columns = ("backend", "n", "median\nms", "mean\nms", "p10-p90\nms", "spread", "peak\nMiB")
+    records = _records(frame)
+    images = bool(records) and all(not _missing(r.get("grid_h")) for r in records)
+    size = "H×W" if images else "n"
+    columns = ("backend", size, "median\nms", "mean\nms", "p10-p90\nms", "spread", "peak\nMiB")
     for column in columns:
         left = column == "backend"
         table.add_column(column, justify="left" if left else "right", no_wrap=True)
@@ -51,9 +54,9 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     table.add_column("GFLOP/s\nalg. / dense-eq.", justify="right", no_wrap=True)
     table.add_column("% of\nbound", justify="right", no_wrap=True)
     table.add_column("status")
-    records = _records(frame)
     times = {_case(r): r for r in records if r["metric"] == "time_ms"}
     peaks = {_case(r): r["value"] for r in records if r["metric"] == "peak_mib"}
+    table.caption = _speedup_gaps(list(times.values()), baseline)
     for case, r in times.items():
         ok = r["status"] == "ok"
         samples = r.get("samples")
@@ -61,7 +64,7 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
         peak = peaks.get(case)
         table.add_row(
             backend_label(r["backend"]),
-            _n(r["seq"]),
+            f"{int(r['grid_h'])}x{int(r['grid_w'])}" if images else _n(r["seq"]),
             _ms(r["value"]) if ok else "-",
             _ms(sum(samples) / len(samples)) if ok and _has(samples) else "-",
             f"{_ms(r['p10'])}-{_ms(r['p90'])}" if ok else "-",
@@ -73,6 +76,18 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
             "[yellow]unstable[/yellow]" if _unstable(r) else _status(r),
         )
     return table
+
+
+def _speedup_gaps(times: list[dict], baseline: str) -> str | None:
+    """Why a measured case has no speed-up: the baseline was not in the run, or did not
+    run at that size; None when every measured case has one."""
+    gaps = [r for r in times if r["status"] == "ok" and _missing(r.get("speedup"))]
+    if not gaps:
+        return None
+    label = backend_label(baseline)
+    if not any(r["backend"] == baseline for r in times):
+        return f"speed-up: none, {label} (--baseline) was not among the backends of this run"
+    return f"speed-up '-': {label} (--baseline) has no time at that size (it failed or was skipped)"
 
 
 def stage_table(frame: pd.DataFrame) -> Table:
