@@ -1159,3 +1159,23 @@ def test_time_table_names_image_sizes_and_why_a_speedup_is_missing(tmp_path, mon
     assert "H×W" in header and " n " not in header
     assert any(line.split()[:2] == ["softmax", "8x8"] for line in result.stdout.splitlines())
     assert "speed-up" not in result.stdout.split("status")[-1]  # no gap, no caption
+
+
+def test_backends_answers_from_its_cache_and_rebuilds_it_when_backends_change(monkeypatch):
+    """`attnbench backends` took seconds (it imported torch through every backend)."""
+    import attnbench.backends as registry
+    import attnbench.cli.backends as listing
+
+    monkeypatch.setattr(cli, "console", Console(width=200))
+    assert_ok(invoke("backends"))  # fills the cache for this install
+
+    def no_import():
+        raise AssertionError("read the classes although the cache matched")
+
+    monkeypatch.setattr(registry, "backend_classes", no_import)
+    cached = invoke("backends")
+    assert_ok(cached)
+    assert "yoso-N sets m" in cached.stdout
+    monkeypatch.setattr(listing, "_installed_state", lambda: "another-install")
+    changed = invoke("backends")
+    assert changed.exit_code != 0 and "read the classes" in repr(changed.exception)

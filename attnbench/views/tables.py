@@ -14,27 +14,10 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from attnbench.backends import get_backend
 from attnbench.errors import UsageError
 from attnbench.measure.metrics import SLOPE
 from attnbench.results.schema import CONDITION_KEYS
 from attnbench.views.labels import backend_label
-
-
-def backends_table(classes: dict) -> Table:
-    """A row per backend: its name, then what it is, its parameters with their defaults, its
-    cost, devices and backward, one per line, so the table reads in 80 columns."""
-    table = Table(title="attnbench backends", show_lines=True)
-    table.add_column("name", no_wrap=True)
-    table.add_column("what it is, parameters (defaults), cost, devices, backward")
-    for name, cls in classes.items():
-        params = ", ".join(f"{k}={p.default}" for k, p in cls.params.items()) or "none"
-        if cls.shorthand:
-            params += f" ({name}-N sets {cls.shorthand})"
-        backward = "backward: yes" if cls.backward else "no backward"
-        devices = f"runs on {', '.join(cls.devices)}; {backward}"
-        table.add_row(name, "\n".join([cls.summary, params, cls.complexity, devices]))
-    return table
 
 
 def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
@@ -193,6 +176,8 @@ def inapplicable(record: dict) -> bool:
     name, _, reference = str(record["metric"]).partition("_vs_")
     if name not in MAGNITUDE_ERRORS:
         return False
+    from attnbench.backends import get_backend  # torch: only for error tables
+
     try:
         backend = get_backend(str(record["backend"]))
         return backend.unit_rows != get_backend(reference.replace("_", "-")).unit_rows
