@@ -151,21 +151,25 @@ def _zero_tables(flat, size):
         flat[k // size, k % size] = float32(0.0)
 
 
+@cuda.jit(device=True)
+def _add_to_buckets(table, write_codes, g, w, col, start, count, v):
+    """Add v at column col to row w's bucket of every hash start + h, h < count; rows
+    sharing a bucket meet in atomic adds."""
+    h = uint64(0)
+    while h < count:
+        cuda.atomic.add(table, (g, h, uint64(write_codes[g, w, start + h]), col), v)
+        h += _ONE
+
+
 @cuda.jit
 def _scatter_values(write_codes, values, start, count, table):
-    """Write row w adds values[g, w] to its bucket of hash start + h, for h < count;
-    rows sharing a bucket meet in atomic adds."""
+    """Write row w adds values[g, w] to its bucket of hash start + h, for h < count."""
     g, w, lane = _row_lane(values.shape[1])
     width, start, count = uint64(values.shape[2]), uint64(start), uint64(count)
     if g < uint64(values.shape[0]) and w < uint64(values.shape[1]):
         col = lane
         while col < width:
-            v = values[g, w, col]
-            h = uint64(0)
-            while h < count:
-                code = uint64(write_codes[g, w, start + h])
-                cuda.atomic.add(table, (g, h, code, col), v)
-                h += _ONE
+            _add_to_buckets(table, write_codes, g, w, col, start, count, values[g, w, col])
             col += _LANES
 
 
@@ -179,11 +183,7 @@ def _scatter_weighted(write_codes, weights, vectors, a, start, count, table):
         col = lane
         while col < width:
             v = weight * vectors[g, w, col]
-            h = uint64(0)
-            while h < count:
-                code = uint64(write_codes[g, w, start + h])
-                cuda.atomic.add(table, (g, h, code, col), v)
-                h += _ONE
+            _add_to_buckets(table, write_codes, g, w, col, start, count, v)
             col += _LANES
 
 
