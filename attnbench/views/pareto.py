@@ -14,16 +14,17 @@ import pandas as pd
 
 from attnbench.errors import UsageError
 from attnbench.views.figures import (
+    UNSTABLE_LABEL,
     atomic_save,
     case_parts,
     figure_path,
     new_figure,
     normalised,
     plain_log_ticks,
+    unstable,
     with_env,
 )
 from attnbench.views.labels import backend_label
-from attnbench.views.plots import UNSTABLE_LABEL, unstable
 from attnbench.views.tables import inapplicable
 
 DEFAULT_METRIC = "radian_vs_softmax"

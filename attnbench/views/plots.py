@@ -18,6 +18,7 @@ from matplotlib.ticker import NullLocator, ScalarFormatter
 from attnbench.errors import UsageError
 from attnbench.views.figures import (
     CASE_COLUMNS,
+    UNSTABLE_LABEL,
     atomic_save,
     case_parts,
     failed_rows,
@@ -26,6 +27,7 @@ from attnbench.views.figures import (
     ok_rows,
     plain_log_ticks,
     style_n_axis,
+    unstable,
     with_env,
 )
 from attnbench.views.labels import backend_label, backend_order, m_of, short_labels
@@ -70,17 +72,6 @@ def plot_results(df: pd.DataFrame, path: Path, env: dict | None = None) -> None:
         plt.close(fig)
         raise
     _save(fig, path)
-
-
-UNSTABLE_LABEL = "hollow: flagged unstable by its run (spread or CPU wait)"
-
-
-def unstable(rows: pd.DataFrame) -> pd.Series:
-    """Whether each row's run flagged its case unstable (`stable` false; a row with no
-    verdict, as a model study's, is not flagged)."""
-    if "stable" not in rows:
-        return pd.Series(False, index=rows.index)
-    return rows["stable"].astype(str).str.lower().isin(["false", "0", "0.0"])
 
 
 def _save(fig, path: Path) -> None:
