@@ -267,3 +267,72 @@ def test_bad_threshold_is_one_line_error(tmp_path):
     good = write_v1(tmp_path / "a.csv", time_rows(seed=1))
     assert_one_line_error(invoke(good, good, "--fail-above", "five"), "--fail-above")
     assert_one_line_error(invoke(good, good, "--fail-above", "5"), "--fail-above")
+
+
+# ------------------------------------------------------------------ runs as the unit
+
+
+def _runs(tmp_path, name: str, scales: list[float], seed: int) -> str:
+    """One file per run, each run `scale` times slower as a whole (drift between runs)."""
+    for i, scale in enumerate(scales):
+        write_v2_csv(tmp_path / f"{name}-{i}.csv", time_rows(seed=seed + i, scale=scale))
+    return str(tmp_path / f"{name}-*.csv")
+
+
+def test_drift_between_runs_widens_the_interval_of_several_runs(tmp_path):
+    """Identical code, runs drifting by 30 %: one run a side calls it faster or slower;
+    two or more runs a side resample the runs and call it the same."""
+    a = _runs(tmp_path, "a", [1.0, 1.3, 1.0], seed=1)
+    b = _runs(tmp_path, "b", [1.3, 1.0, 1.3], seed=10)
+    pooled = compare_files(a, b)
+    assert all(c.by_runs for c in pooled.changes)
+    assert {c.verdict for c in pooled.changes} == {"same"}
+    single = compare_files(tmp_path / "a-0.csv", tmp_path / "b-0.csv")
+    assert {c.verdict for c in single.changes} == {"slower"}  # drift read as a change
+    widths = [c.high - c.low for c in pooled.changes]
+    assert min(widths) > max(c.high - c.low for c in single.changes)
+
+
+def test_a_real_slowdown_still_shows_across_drifting_runs(tmp_path):
+    a = _runs(tmp_path, "a", [1.0, 1.05, 0.97], seed=1)
+    b = _runs(tmp_path, "b", [1.5, 1.55, 1.45], seed=10)
+    result = invoke(a, b, "--fail-above", "20%")
+    assert result.exit_code == 1, result.output
+    assert "resamples of runs, then samples" in result.output
+    assert "FAIL: significantly slower (or unstable) by more than 20%" in result.output
+
+
+def test_one_run_a_side_says_its_interval_is_within_run_noise_only(tmp_path):
+    a = write_v2_csv(tmp_path / "a.csv", time_rows(seed=1))
+    b = write_v2_csv(tmp_path / "b.csv", time_rows(seed=2))
+    result = invoke(a, b)
+    assert result.exit_code == 0, result.output
+    assert "intervals cover the noise within a run only" in " ".join(result.output.split())
+
+
+def test_a_glob_that_matches_nothing_is_one_error_line(tmp_path):
+    good = write_v2_csv(tmp_path / "a.csv", time_rows(seed=1))
+    assert_one_line_error(invoke(good, tmp_path / "nope-*.csv"), "no file matches")
+
+
+def test_a_case_flagged_unstable_is_not_judged_and_never_passes_silently(tmp_path):
+    """compare printed "faster *" for a case both runs had flagged unstable."""
+    a_rows, b_rows = v2_records(time_rows(seed=1)), v2_records(time_rows(seed=2, scale=1.3))
+    for record in a_rows:
+        if record["backend"] == "sdpa" and record["seq"] == 512:
+            record["stable"] = False
+    for name, records in (("a", a_rows), ("b", b_rows)):
+        frame = pd.DataFrame(records)
+        frame["samples"] = [json.dumps(s) for s in frame["samples"]]
+        frame.to_csv(tmp_path / f"{name}.csv", index=False)
+    comparison = compare_files(tmp_path / "a.csv", tmp_path / "b.csv")
+    shaky = [c for c in comparison.changes if c.unstable]
+    assert [(c.key["backend"], c.key["seq"], c.verdict, c.unstable) for c in shaky] == [
+        ("sdpa", "512", "unstable", "A")
+    ]
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "50%")
+    assert result.exit_code == 0, result.output  # 1.3x is under the 50 % gate
+    assert "not judged, flagged unstable by its run: sdpa n=512 (in A)" in result.output
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "10%")
+    assert result.exit_code == 1
+    assert "(unstable)" in result.output

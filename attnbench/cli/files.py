@@ -70,14 +70,23 @@ def pareto_cmd(
 
 @core.app.command("compare")
 def compare_cmd(
-    a: Path = typer.Argument(..., help="the reference result file (CSV or JSON)"),
-    b: Path = typer.Argument(..., help="the result file to judge against it"),
+    a: str = typer.Argument(
+        ..., help="the reference: a result file (CSV or JSON), or a quoted glob of runs"
+    ),
+    b: str = typer.Argument(..., help="the result file(s) to judge against it, likewise"),
     fail_above: str = typer.Option(
-        None, "--fail-above", help="exit 1 if a case is significantly slower by more, e.g. 5%"
+        None,
+        "--fail-above",
+        help="exit 1 if a case's 95% interval lies above 1 and its ratio above 1 + this "
+        "(e.g. 5%), or a case flagged unstable has its ratio above 1 + this",
     ),
     markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
 ) -> None:
-    """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval."""
+    """Compare runs case by case: ratio of medians B/A with a 95% bootstrap interval.
+
+    With two or more runs a side (files, or a glob: 'before-*.csv') the interval resamples
+    runs, then samples, so drift between runs is in it; with one run a side it covers the
+    noise within a run only."""
     from attnbench.cli.parse import parse_fraction
     from attnbench.views import compare
 

@@ -1,14 +1,21 @@
-"""Compare two result files case by case: ratio of medians B/A with a bootstrap interval.
+"""Compare result files case by case: ratio of medians B/A with a bootstrap interval.
 
-A change is significant when the 95 % interval of the ratio excludes 1.0. The interval comes
-from resampling each file's kept samples independently (a percentile bootstrap), seeded per
-case so the same files always give the same verdicts, whatever their row order.
-The regression gate fails a case that is significantly slower AND whose ratio exceeds
-1 + threshold: a significant but small slowdown, or a large but noisy one, passes.
+Each side is one or more result files (runs). A change is significant when the 95 % interval
+of the ratio excludes 1.0. With two or more runs on each side the interval is a hierarchical
+bootstrap (runs drawn with replacement, then each drawn run's kept samples), so drift between
+runs is in it; with one run on a side it resamples the kept samples alone and covers the
+noise within a run only, which back-to-back runs on a shared machine exceed. Every interval is
+seeded per case, so the same files always give the same verdicts, whatever their row order.
+A case either run flagged unstable gets no verdict of its own ("unstable") and is named.
+The regression gate fails a case whose interval lies above 1 (a real slowdown) and whose
+ratio exceeds 1 + threshold (a large one), and an unstable case whose ratio exceeds
+1 + threshold (it may be one and cannot be judged): a significant but small slowdown, or a
+large but noisy one on stable runs, passes.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import zlib
@@ -36,19 +43,27 @@ class Change:
     """One case found in both files, with the samples behind each median."""
 
     key: dict  # case key columns and metric, as text
-    a: list[float]
-    b: list[float]
-    a_median: float
+    a: list[list[float]]  # each run's kept samples
+    b: list[list[float]]
+    a_median: float  # of all the side's samples
     b_median: float
     low: float | None = None  # interval bounds of b_median / a_median; None: too few samples
     high: float | None = None
+    unstable: str = ""  # "A", "B" or "A and B": the sides whose run flagged the case
 
     @property
     def ratio(self) -> float:
         return self.b_median / self.a_median if self.a_median > 0 else math.nan
 
     @property
+    def by_runs(self) -> bool:
+        """The interval resamples runs (two or more on each side), not samples alone."""
+        return len(self.a) >= 2 and len(self.b) >= 2
+
+    @property
     def verdict(self) -> str:
+        if self.unstable:
+            return "unstable"
         if self.low is None:
             return "no CI"
         if self.low > 1.0:
@@ -58,7 +73,10 @@ class Change:
         return "same"
 
     def fails(self, threshold: float) -> bool:
-        """Significantly slower, and by more than `threshold` (0.05 = 5 %)."""
+        """Significantly slower by more than `threshold` (0.05 = 5 %): the interval above 1
+        and the ratio above 1 + threshold; or flagged unstable with the ratio above it."""
+        if self.verdict == "unstable":
+            return self.ratio > 1.0 + threshold
         return self.verdict == "slower" and self.ratio > 1.0 + threshold
 
 
@@ -102,6 +120,17 @@ def parse_samples(value) -> list[float]:
     return [s for s in map(float, value) if math.isfinite(s)]
 
 
+def load_side(pattern: str) -> pd.DataFrame:
+    """The time rows of one side: a file, or every file a glob pattern names (each a run)."""
+    text = str(pattern)
+    paths = [Path(text)]
+    if glob.has_magic(text):
+        paths = [Path(p) for p in sorted(glob.glob(text))]
+        if not paths:
+            raise UsageError(f"{text}: no file matches")
+    return pd.concat([load_times(p).assign(_file=str(p)) for p in paths], ignore_index=True)
+
+
 def load_times(path: Path) -> pd.DataFrame:
     """The time rows of one result file, with samples as lists; UsageError if unreadable."""
     path = Path(path)
@@ -120,41 +149,54 @@ def load_times(path: Path) -> pd.DataFrame:
     return frame
 
 
-def compare_files(a: Path, b: Path) -> Comparison:
-    return compare_frames(load_times(a), load_times(b))
+def compare_files(a: str | Path, b: str | Path) -> Comparison:
+    return compare_frames(load_side(str(a)), load_side(str(b)))
+
+
+@dataclass
+class _Case:
+    """One case on one side: its status, each run's samples (or its median when a row kept
+    none), and whether a run flagged it unstable."""
+
+    status: str = ""
+    runs: dict[str, list[float]] = field(default_factory=dict)
+    unstable: bool = False
+
+    @property
+    def median(self) -> float:
+        pooled = [s for run in self.runs.values() for s in run]
+        return float(np.median(pooled)) if pooled else math.nan
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> Comparison:
-    """Pair the rows of A and B by case; the ok rows of one case are pooled within a file."""
+    """Pair the rows of A and B by case; the ok rows of one case on a side are its runs."""
     columns = [c for c in CASE_KEY + GRID_KEY if c in a and c in b] + ["metric"]
     cases_a, cases_b = _cases(a, columns), _cases(b, columns)
     changes, missing = [], []
     for key in list(cases_a) + [k for k in cases_b if k not in cases_a]:
         named = dict(zip(columns, key, strict=True))
-        status_a, samples_a, median_a = cases_a.get(key, ("", [], math.nan))
-        status_b, samples_b, median_b = cases_b.get(key, ("", [], math.nan))
-        if status_a == status_b == "ok":
-            changes.append(_change(named, samples_a, samples_b, median_a, median_b))
+        side_a, side_b = cases_a.get(key, _Case()), cases_b.get(key, _Case())
+        if side_a.status == side_b.status == "ok":
+            changes.append(_change(named, side_a, side_b))
         else:
-            missing.append(Missing(named, status_a, status_b))
+            missing.append(Missing(named, side_a.status, side_b.status))
     return Comparison(changes, missing)
 
 
-def _cases(frame: pd.DataFrame, columns: list[str]) -> dict[tuple, tuple[str, list, float]]:
-    """case key -> (status, pooled samples, median); "ok" when any of its rows is ok."""
-    cases: dict[tuple, tuple[str, list, list]] = {}
+def _cases(frame: pd.DataFrame, columns: list[str]) -> dict[tuple, _Case]:
+    """case key -> its _Case; "ok" when any of its rows is ok. A run is a file and run id."""
+    cases: dict[tuple, _Case] = {}
     for row in frame.to_dict("records"):
-        key = tuple(_norm(row.get(c)) for c in columns)
-        status, samples, values = cases.get(key, ("", [], []))
+        case = cases.setdefault(tuple(_norm(row.get(c)) for c in columns), _Case())
         if row["status"] == "ok":
-            status, samples, values = "ok", samples + row["samples"], values + [row["value"]]
-        elif status != "ok":
-            status = str(row["status"])
-        cases[key] = (status, samples, values)
-    return {
-        k: (s, samples, float(np.median(samples or values)) if s == "ok" else math.nan)
-        for k, (s, samples, values) in cases.items()
-    }
+            run = f"{row.get('_file', '')}#{_norm(row.get('run_id'))}"
+            samples = row["samples"] or [float(row["value"])]
+            case.status = "ok"
+            case.runs.setdefault(run, []).extend(samples)
+            case.unstable |= _norm(row.get("stable")).lower() in ("false", "0")
+        elif case.status != "ok":
+            case.status = str(row["status"])
+    return cases
 
 
 def _norm(value) -> str:
@@ -166,10 +208,16 @@ def _norm(value) -> str:
     return str(value)
 
 
-def _change(key: dict, a: list[float], b: list[float], a_median: float, b_median: float):
-    change = Change(key, a, b, a_median, b_median)
-    if len(a) >= 2 and len(b) >= 2 and a_median > 0:
-        change.low, change.high = ratio_interval(a, b, seed=_case_seed(key))
+def _change(key: dict, a: _Case, b: _Case) -> Change:
+    sides = " and ".join(side for side, case in (("A", a), ("B", b)) if case.unstable)
+    change = Change(key, list(a.runs.values()), list(b.runs.values()), a.median, b.median)
+    change.unstable = sides
+    if change.by_runs and change.a_median > 0:
+        change.low, change.high = runs_interval(change.a, change.b, seed=_case_seed(key))
+    elif min(sum(map(len, change.a)), sum(map(len, change.b))) >= 2 and change.a_median > 0:
+        pooled_a = [s for run in change.a for s in run]
+        pooled_b = [s for run in change.b for s in run]
+        change.low, change.high = ratio_interval(pooled_a, pooled_b, seed=_case_seed(key))
     return change
 
 
@@ -187,6 +235,30 @@ def ratio_interval(
     med_a = np.median(rng.choice(a_arr, size=(resamples, a_arr.size)), axis=1)
     med_b = np.median(rng.choice(b_arr, size=(resamples, b_arr.size)), axis=1)
     ratios = med_b / med_a
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def runs_interval(
+    a: list[list[float]],
+    b: list[list[float]],
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Hierarchical percentile-bootstrap interval of median(b) / median(a): each resample
+    draws a side's runs with replacement, then each drawn run's samples, and takes the
+    median of what it drew; so drift between runs widens the interval as it should."""
+    rng = np.random.default_rng(seed)
+    runs_a = [np.asarray(r, dtype=float) for r in a]
+    runs_b = [np.asarray(r, dtype=float) for r in b]
+
+    def median_of(runs: list[np.ndarray]) -> float:
+        drawn = rng.integers(len(runs), size=len(runs))
+        return float(np.median(np.concatenate([rng.choice(runs[i], runs[i].size) for i in drawn])))
+
+    ratios = np.array([median_of(runs_b) / median_of(runs_a) for _ in range(resamples)])
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return float(low), float(high)
@@ -228,7 +300,7 @@ def _rows(comparison: Comparison) -> list[tuple[str, ...]]:
 
 HEADERS = ("backend", "case", "A median ms", "B median ms", "B/A", "95% CI", "verdict")
 LEFT = ("backend", "case", "verdict")
-STYLES = {"slower": "bold red", "faster": "bold green", "no CI": "yellow"}
+STYLES = {"slower": "bold red", "faster": "bold green", "no CI": "yellow", "unstable": "yellow"}
 
 
 def render_table(comparison: Comparison, title: str = "attnbench compare (B vs A)") -> Table:
@@ -272,18 +344,31 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
     for c in comparison.changes:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no case in both files"
+    by_runs = [c.by_runs for c in comparison.changes]
+    unit = "runs, then samples" if by_runs and all(by_runs) else "samples"
     lines.append(
         f"{tally}: ratio of medians B/A with a {LEVEL:.0%} bootstrap interval "
-        f"({RESAMPLES} resamples); significant when the interval excludes 1"
+        f"({RESAMPLES} resamples of {unit}); significant when the interval excludes 1"
     )
+    if by_runs and not all(by_runs):
+        lines.append(
+            "one run on a side: its intervals cover the noise within a run only, not the "
+            "drift between runs; give each side two or more runs (files or a glob)"
+        )
     if counts.get("no CI"):
         lines.append("no CI: fewer than 2 samples in a file, medians compared without an interval")
+    shaky = [f"{_name(c.key, columns)} (in {c.unstable})" for c in comparison.changes if c.unstable]
+    if shaky:
+        lines.append(f"not judged, flagged unstable by its run: {'; '.join(shaky)}")
     if threshold is not None:
         failed = comparison.failures(threshold)
         limit = _percent(threshold)
         if failed:
-            names = "; ".join(f"{_name(c.key, columns)} {c.ratio:.3f}x" for c in failed)
-            lines.append(f"FAIL: significantly slower by more than {limit}: {names}")
+            names = "; ".join(
+                f"{_name(c.key, columns)} {c.ratio:.3f}x" + (" (unstable)" if c.unstable else "")
+                for c in failed
+            )
+            lines.append(f"FAIL: significantly slower (or unstable) by more than {limit}: {names}")
         else:
             lines.append(f"pass: no case significantly slower by more than {limit}")
     return lines
