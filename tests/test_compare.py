@@ -299,7 +299,7 @@ def test_a_real_slowdown_still_shows_across_drifting_runs(tmp_path):
     result = invoke(a, b, "--fail-above", "20%")
     assert result.exit_code == 1, result.output
     assert "resamples of runs, then samples" in result.output
-    assert "FAIL: significantly slower (or unstable) by more than 20%" in result.output
+    assert "FAIL: significantly slower by more than 20%" in result.output
 
 
 def test_one_run_a_side_says_its_interval_is_within_run_noise_only(tmp_path):
@@ -330,9 +330,8 @@ def test_a_case_flagged_unstable_is_not_judged_and_never_passes_silently(tmp_pat
     assert [(c.key["backend"], c.key["seq"], c.verdict, c.unstable) for c in shaky] == [
         ("sdpa", "512", "unstable", "A")
     ]
-    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "50%")
-    assert result.exit_code == 0, result.output  # 1.3x is under the 50 % gate
-    assert "not judged, flagged unstable by its run: sdpa n=512 (in A)" in result.output
     result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "10%")
-    assert result.exit_code == 1
-    assert "(unstable)" in result.output
+    text = " ".join(result.output.split())
+    assert "not judged, flagged unstable by its run: sdpa n=512 (in A)" in text
+    assert "(1 flagged unstable, not judged: see above)" in text
+    assert "sdpa n=512 1.3" not in text.partition("FAIL:")[2]  # the gate judged the others

@@ -78,7 +78,7 @@ def compare_cmd(
         None,
         "--fail-above",
         help="exit 1 if a case's 95% interval lies above 1 and its ratio above 1 + this "
-        "(e.g. 5%), or a case flagged unstable has its ratio above 1 + this",
+        "(e.g. 5%); cases flagged unstable are named, not judged",
     ),
     markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
 ) -> None:

@@ -6,11 +6,10 @@ bootstrap (runs drawn with replacement, then each drawn run's kept samples), so 
 runs is in it; with one run on a side it resamples the kept samples alone and covers the
 noise within a run only, which back-to-back runs on a shared machine exceed. Every interval is
 seeded per case, so the same files always give the same verdicts, whatever their row order.
-A case either run flagged unstable gets no verdict of its own ("unstable") and is named.
-The regression gate fails a case whose interval lies above 1 (a real slowdown) and whose
-ratio exceeds 1 + threshold (a large one), and an unstable case whose ratio exceeds
-1 + threshold (it may be one and cannot be judged): a significant but small slowdown, or a
-large but noisy one on stable runs, passes.
+A case either run flagged unstable gets no verdict of its own ("unstable") and is named
+beside the gate's verdict. The regression gate fails a case whose interval lies above 1 (a
+real slowdown) and whose ratio exceeds 1 + threshold (a large one): a significant but small
+slowdown, or a large but noisy one, passes.
 """
 
 from __future__ import annotations
@@ -74,9 +73,8 @@ class Change:
 
     def fails(self, threshold: float) -> bool:
         """Significantly slower by more than `threshold` (0.05 = 5 %): the interval above 1
-        and the ratio above 1 + threshold; or flagged unstable with the ratio above it."""
-        if self.verdict == "unstable":
-            return self.ratio > 1.0 + threshold
+        and the ratio above 1 + threshold. An unstable case is not judged (`summary` names
+        it beside the gate's verdict)."""
         return self.verdict == "slower" and self.ratio > 1.0 + threshold
 
 
@@ -363,12 +361,10 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
     if threshold is not None:
         failed = comparison.failures(threshold)
         limit = _percent(threshold)
+        unjudged = f" ({len(shaky)} flagged unstable, not judged: see above)" if shaky else ""
         if failed:
-            names = "; ".join(
-                f"{_name(c.key, columns)} {c.ratio:.3f}x" + (" (unstable)" if c.unstable else "")
-                for c in failed
-            )
-            lines.append(f"FAIL: significantly slower (or unstable) by more than {limit}: {names}")
+            names = "; ".join(f"{_name(c.key, columns)} {c.ratio:.3f}x" for c in failed)
+            lines.append(f"FAIL: significantly slower by more than {limit}: {names}{unjudged}")
         else:
-            lines.append(f"pass: no case significantly slower by more than {limit}")
+            lines.append(f"pass: no case significantly slower by more than {limit}{unjudged}")
     return lines
