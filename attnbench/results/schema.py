@@ -138,6 +138,14 @@ def record_columns(records: list[dict]) -> list[str]:
     return [*COLUMNS, *extra]
 
 
+def unstable(rows: pd.DataFrame) -> pd.Series:
+    """Whether each row's run flagged its case unstable (`stable` false, as a bool or as
+    text read back from a CSV; a row with no verdict, as a model study's, is not flagged)."""
+    if "stable" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["stable"].astype(str).str.lower().isin(["false", "0", "0.0"])
+
+
 def rows_frame(rows: list[Row]) -> pd.DataFrame:
     return records_frame([record(r) for r in rows])
 

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from attnbench.errors import UsageError
 from attnbench.results.read import read_rows
+from attnbench.results.schema import unstable
 from attnbench.views.labels import backend_label
 
 METRICS = ("time_ms",)  # first_call_ms has one sample and peak_mib is not a time
@@ -184,14 +185,14 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> Comparison:
 def _cases(frame: pd.DataFrame, columns: list[str]) -> dict[tuple, _Case]:
     """case key -> its _Case; "ok" when any of its rows is ok. A run is a file and run id."""
     cases: dict[tuple, _Case] = {}
-    for row in frame.to_dict("records"):
+    for row in frame.assign(_unstable=unstable(frame)).to_dict("records"):
         case = cases.setdefault(tuple(_norm(row.get(c)) for c in columns), _Case())
         if row["status"] == "ok":
             run = f"{row.get('_file', '')}#{_norm(row.get('run_id'))}"
             samples = row["samples"] or [float(row["value"])]
             case.status = "ok"
             case.runs.setdefault(run, []).extend(samples)
-            case.unstable |= _norm(row.get("stable")).lower() in ("false", "0")
+            case.unstable |= bool(row["_unstable"])
         elif case.status != "ok":
             case.status = str(row["status"])
     return cases

@@ -184,11 +184,3 @@ def style_n_axis(ax, seqs) -> None:
 
 
 UNSTABLE_LABEL = "hollow: flagged unstable by its run (spread or CPU wait)"
-
-
-def unstable(rows: pd.DataFrame) -> pd.Series:
-    """Whether each row's run flagged its case unstable (`stable` false; a row with no
-    verdict, as a model study's, is not flagged): such points are drawn hollow."""
-    if "stable" not in rows:
-        return pd.Series(False, index=rows.index)
-    return rows["stable"].astype(str).str.lower().isin(["false", "0", "0.0"])

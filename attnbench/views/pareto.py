@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UsageError
+from attnbench.results.schema import unstable
 from attnbench.views.figures import (
     UNSTABLE_LABEL,
     atomic_save,
@@ -21,7 +22,6 @@ from attnbench.views.figures import (
     new_figure,
     normalised,
     plain_log_ticks,
-    unstable,
     with_env,
 )
 from attnbench.views.labels import backend_label

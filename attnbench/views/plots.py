@@ -16,6 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator, ScalarFormatter
 
 from attnbench.errors import UsageError
+from attnbench.results.schema import unstable
 from attnbench.views.figures import (
     CASE_COLUMNS,
     UNSTABLE_LABEL,
@@ -27,7 +28,6 @@ from attnbench.views.figures import (
     ok_rows,
     plain_log_ticks,
     style_n_axis,
-    unstable,
     with_env,
 )
 from attnbench.views.labels import backend_label, backend_order, m_of, short_labels

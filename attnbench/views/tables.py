@@ -7,6 +7,7 @@ read rows: a speed-up is the study's `speedup` column, never recomputed here.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pandas as pd
@@ -170,19 +171,24 @@ MAGNITUDE_ERRORS = ("rel_frobenius", "max_abs", "mc_bias", "mc_std")
 
 
 def inapplicable(record: dict) -> bool:
-    """An error of magnitude between a backend whose outputs are unit rows and a reference
-    whose are not, or the other way round (Backend.unit_rows): YOSO against softmax, not
-    YOSO-m against YOSO-E."""
+    """An error of magnitude between a backend with unit output rows and a reference without
+    (Backend.unit_rows), or the other way round: YOSO against softmax, not against YOSO-E."""
     name, _, reference = str(record["metric"]).partition("_vs_")
     if name not in MAGNITUDE_ERRORS:
         return False
+    ours, theirs = _unit_rows(str(record["backend"])), _unit_rows(reference.replace("_", "-"))
+    return ours is not None and theirs is not None and ours != theirs
+
+
+@functools.cache
+def _unit_rows(spec: str) -> bool | None:
+    """Backend.unit_rows of `spec`; None for a backend this install does not have."""
     from attnbench.backends import get_backend  # torch: only for error tables
 
     try:
-        backend = get_backend(str(record["backend"]))
-        return backend.unit_rows != get_backend(reference.replace("_", "-")).unit_rows
-    except UsageError:  # a backend this install does not have: nothing known of it
-        return False
+        return get_backend(spec).unit_rows
+    except UsageError:
+        return None
 
 
 def model_table(frame: pd.DataFrame) -> Table:
