@@ -1,12 +1,13 @@
 """How often `attnbench compare --fail-above` fails identical code, and whether it catches a
 planted slowdown, on this machine.
 
-    python benchmarks/compare_gate.py [--pairs 10] [--runs 2] [--fail-above 5%]
+    python benchmarks/compare_gate.py [--pairs 10] [--runs 1] [--rounds 5] [--fail-above 5%]
 
-Each pair times the same command `runs` times for side A and `runs` times for side B,
-interleaved (A, B, A, B, ...), so both sides see the same drift; then compares A with B
-(identical code: the gate should pass) and A with B slowed by `--slowdown` (every sample of
-B multiplied: the gate should fail). Prints one line per pair and the two counts.
+Each pair times the same command (`time --rounds R`) `runs` times for side A and `runs`
+times for side B, interleaved (A, B, A, B, ...), so both sides see the same drift; then
+compares A with B (identical code: the gate should pass) and A with B slowed by
+`--slowdown` (every sample of B multiplied: the gate should fail). Prints one line per pair
+and the two counts.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import typer
 COMMAND = ["time", "--seq", "1024,2048", "--backends", "sdpa,yoso-32"]
 
 
-def timed(path: Path) -> None:
-    """One `attnbench time` run of COMMAND into `path`."""
-    argv = [sys.executable, "-m", "attnbench", *COMMAND, "--csv", str(path)]
+def timed(path: Path, rounds: int) -> None:
+    """One `attnbench time` run of COMMAND in `rounds` rounds into `path`."""
+    argv = [sys.executable, "-m", "attnbench", *COMMAND, "--rounds", str(rounds)]
+    argv += ["--csv", str(path)]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -49,7 +51,9 @@ def gate_fails(a: str, b: str, fail_above: str) -> bool:
     return done.returncode == 1
 
 
-def main(pairs: int = 10, runs: int = 2, fail_above: str = "5%", slowdown: float = 1.2) -> None:
+def main(
+    pairs: int = 10, runs: int = 1, rounds: int = 5, fail_above: str = "5%", slowdown: float = 1.2
+) -> None:
     same_failed = planted_failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(pairs):
@@ -57,7 +61,7 @@ def main(pairs: int = 10, runs: int = 2, fail_above: str = "5%", slowdown: float
             folder.mkdir()
             for run in range(runs):
                 for side in "ab":
-                    timed(folder / f"{side}-{run}.csv")
+                    timed(folder / f"{side}-{run}.csv", rounds)
                 slowed(folder / f"b-{run}.csv", folder / f"slow-{run}.csv", slowdown)
             a, b, slow = (str(folder / f"{side}-*.csv") for side in ("a", "b", "slow"))
             same, planted = gate_fails(a, b, fail_above), gate_fails(a, slow, fail_above)
@@ -66,6 +70,7 @@ def main(pairs: int = 10, runs: int = 2, fail_above: str = "5%", slowdown: float
             verdicts = ["FAIL" if failed else "pass" for failed in (same, planted)]
             print(f"pair {pair}: identical {verdicts[0]}, {slowdown:g}x slower {verdicts[1]}")
     print(
+        f"{runs} run(s) of {rounds} round(s) a side: "
         f"identical code failed the {fail_above} gate in {same_failed} of {pairs} pairs; "
         f"the planted {slowdown:g}x slowdown failed it in {planted_failed} of {pairs}"
     )

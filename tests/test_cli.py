@@ -157,8 +157,14 @@ def test_time_writes_csv_json_plot_and_env_sidecar(time_run):
     want = sorted((b, n, m) for b in ALL_BACKENDS for n in (32, 64) for m in TIME_METRICS)
     assert got == want
     times = df[df["metric"] == "time_ms"]
-    assert (times["count"] == 2).all()
-    assert times["samples"].map(sample_count).eq(2).all()
+    # --repeats 2 shared out over the default 5 rounds: ceil(2 / 5) = 1 sample a round
+    assert (times["count"] == 5).all()
+    assert times["samples"].map(sample_count).eq(5).all()
+    assert times["round_sizes"].eq("[1, 1, 1, 1, 1]").all()
+    # every backend ran in the baseline's rounds: a paired speed-up with its interval
+    assert times["baseline"].eq("sdpa").all()
+    assert (times["speedup_low"] <= times["speedup"]).all()
+    assert (times["speedup"] <= times["speedup_high"]).all()
     assert (times["value"] > 0).all() and (times["p10"] <= times["p90"]).all()
     assert (df.loc[df["metric"] == "first_call_ms", "value"] > 0).all()
     assert (df.loc[df["metric"] == "peak_mib", "value"] >= 0).all()
@@ -652,30 +658,38 @@ def test_shipped_profiles_parse_into_valid_commands(profile):
 # ------------------------------------------------------------------ interrupted or failing runs
 
 
-def test_interrupt_between_cases_keeps_every_complete_row(tmp_path, monkeypatch):
-    real_time_call = time_study.time_call
+@pytest.mark.parametrize(
+    ("rounds", "stop_at", "kept"), [("1", 2, ["sdpa"]), ("3", 3, ["sdpa", "softmax"])]
+)
+def test_interrupt_between_cases_keeps_every_complete_row(
+    tmp_path, monkeypatch, rounds, stop_at, kept
+):
+    """Interrupted as the `stop_at`-th case starts: the cases before it are kept whole, one
+    by one, or in rounds as a length's whole group (n = 32 here)."""
+    real_timer = time_study._timer
     calls = []
 
-    def interrupted_on_second_case(fn, *args, **kwargs):
+    def interrupted(case, fn):
         calls.append(fn)
-        if len(calls) == 2:
+        if len(calls) == stop_at:
             raise KeyboardInterrupt
-        return real_time_call(fn, *args, **kwargs)
+        return real_timer(case, fn)
 
-    monkeypatch.setattr(time_study, "time_call", interrupted_on_second_case)
+    monkeypatch.setattr(time_study, "_timer", interrupted)
     csv, js = tmp_path / "r.csv", tmp_path / "r.json"
     result = invoke(
-        "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--csv", csv, "--json", js
-    )
+        "time", "--seq", "32,64", *TINY, "--backends", "sdpa,softmax", "--rounds", rounds,
+        "--csv", csv, "--json", js,
+    )  # fmt: skip
     assert result.exit_code == 130, result.output
     assert "Traceback" not in result.output
-    assert len(calls) == 2  # the sweep stopped at the interrupt
+    assert len(calls) == stop_at  # the sweep stopped at the interrupt
     assert files_under(tmp_path) == ["r.csv", "r.env.json", "r.json"]
 
     df = pd.read_csv(csv)
     assert list(df.columns[: len(COLUMNS)]) == COLUMNS
-    assert sorted(df["metric"]) == sorted(TIME_METRICS)
-    assert (df["backend"] == "sdpa").all() and (df["seq"] == 32).all()
+    assert sorted(df["metric"]) == sorted(sorted(TIME_METRICS) * len(kept))
+    assert sorted(set(df["backend"])) == kept and (df["seq"] == 32).all()
     assert (df["status"] == "ok").all() and df["value"].notna().all()
     rows = json.loads(js.read_text())["rows"]
     assert [(r["backend"], r["seq"], r["metric"]) for r in rows] == list(
@@ -687,7 +701,7 @@ def test_interrupt_says_so_on_stderr(tmp_path, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(time_study, "time_call", interrupt)
+    monkeypatch.setattr(time_study, "_timer", interrupt)
     result = invoke("time", "--seq", "32", *TINY, "--backends", "sdpa")
     assert result.exit_code == 130
     assert "interrupted" in result.stderr
@@ -1046,7 +1060,9 @@ def test_a_spread_within_max_spread_is_not_flagged(tmp_path, monkeypatch):
     assert "warning:" not in result.stderr and "unstable" not in result.stdout
     # the host's conditions around each case are in its row
     assert times[["load_before", "load_after"]].notna().all().all()
-    assert len(waits) == 4 and all(w is None or 0 <= w <= 1 for w in waits)
+    # one reading a length: its two backends take turns in rounds, in one stretch of time
+    assert len(waits) == 2 and all(w is None or 0 <= w <= 1 for w in waits)
+    assert times.groupby("seq")["cpu_wait"].nunique(dropna=False).eq(1).all()
 
 
 def test_steady_samples_taken_while_waiting_for_a_cpu_are_flagged(tmp_path, monkeypatch):

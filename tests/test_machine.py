@@ -22,7 +22,7 @@ from attnbench.measure import ceilings, limits
 from attnbench.measure.ceilings import Ceilings, Level, cache_dir, cache_path
 from attnbench.measure.cpuinfo import FALLBACK_CACHES, KIB, MIB, cpu_caches, cpu_peak
 from attnbench.measure.threads import set_threads
-from attnbench.views.tables import ceilings_table
+from attnbench.views.ceilings import ceilings_table
 
 runner = CliRunner()
 MEASURE = limits.measure  # the real one, for wrappers around it

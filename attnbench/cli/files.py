@@ -84,9 +84,10 @@ def compare_cmd(
 ) -> None:
     """Compare runs case by case: ratio of medians B/A with a 95% bootstrap interval.
 
-    With two or more runs a side (files, or a glob: 'before-*.csv') the interval resamples
-    runs, then samples, so drift between runs is in it; with one run a side it covers the
-    noise within a run only."""
+    With two or more runs a side (files, or a glob: 'before-*.csv'), or runs in rounds
+    (time --rounds), the interval resamples runs, then rounds, then samples, so drift
+    between runs and rounds is in it; with one run of one round a side it covers the noise
+    within a run only."""
     from attnbench.cli.parse import parse_fraction
     from attnbench.views import compare
 

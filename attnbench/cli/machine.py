@@ -29,7 +29,7 @@ def machine(
     from attnbench.measure.ceilings import cache_path, to_json
     from attnbench.measure.limits import load_or_measure
     from attnbench.results.formats import atomic_write
-    from attnbench.views.tables import ceilings_table
+    from attnbench.views.ceilings import ceilings_table
 
     threads = shared.set_threads(threads)
     with core.progress_console.status("reading this machine's ceilings") as status:

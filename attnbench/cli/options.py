@@ -38,10 +38,12 @@ Inputs = Annotated[
     ),
 ]
 Mode = Annotated[str, typer.Option(help="fwd, bwd or fwdbwd")]
-Repeats = Annotated[int, typer.Option(help="timed samples per case, at least")]
+Repeats = Annotated[
+    int, typer.Option(help="timed samples per case, at least (shared out over its rounds)")
+]
 MinTime = Annotated[
     float,
-    typer.Option(help="seconds of timed samples per case, at least (fast calls: more)"),
+    typer.Option(help="seconds of timed samples per case (per round), at least (fast calls: more)"),
 ]
 MaxSpread = Annotated[
     str, typer.Option(help="a case whose IQR/median exceeds this is marked unstable")

@@ -10,6 +10,7 @@ from attnbench.measure import DEFAULT_MIN_TIME_S
 from attnbench.run.case import MODES
 
 DEFAULT_BACKENDS = "softmax,sdpa,yoso-e,yoso-32"
+DEFAULT_ROUNDS = 5
 
 
 @core.app.command("time")
@@ -28,6 +29,12 @@ def time_cmd(
     min_time: options.MinTime = DEFAULT_MIN_TIME_S,
     max_spread: options.MaxSpread = "10%",
     warmup: options.Warmup = 10,
+    rounds: int = typer.Option(
+        DEFAULT_ROUNDS,
+        help="rounds in which the backends of each length take turns, in a new random order "
+        "each round; speed-ups and their 95% interval come from the per-round ratios "
+        "(1: each backend timed once, in turn)",
+    ),
     seed: options.Seed = 0,
     threads: options.Threads = None,
     baseline: options.Baseline = "sdpa",
@@ -39,14 +46,18 @@ def time_cmd(
 ) -> None:
     """Runtime and peak memory of one attention call vs sequence length (SCRAM Fig. 4).
 
-    Lengths default to --seq 4096; --grid times images instead. Each row also gets its
-    throughput and the share of this machine's roofline bound it reaches."""
+    Lengths default to --seq 4096; --grid times images instead. The backends of a length
+    take turns in --rounds rounds, so that a drift of the machine moves them alike and
+    cancels in their speed-ups. Each row also gets its throughput and the share of this
+    machine's roofline bound it reaches."""
+    from attnbench.cli.parse import MAX_COUNT, positive
     from attnbench.studies.time import TimeSpec
 
     spec = time_spec(
         TimeSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
         device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
         min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
+        rounds=positive(rounds, "--rounds", MAX_COUNT),
     )  # fmt: skip
     from attnbench.views.tables import time_table
 

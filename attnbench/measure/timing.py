@@ -6,7 +6,8 @@ Calls shorter than a sample's minimum are timed in back-to-back blocks, since a 
 would be dominated by timer resolution and call overhead. Samples are then taken until both
 `repeats` samples and `min_time_s` of measured time are reached, so fast calls get many
 samples and slow ones at least `repeats` (as torch.utils.benchmark's blocked_autorange).
-The verdict on noise comes from the spread of those samples: IQR over median.
+The verdict on noise comes from the spread of those samples: IQR over median. A `Timer`
+takes the samples in rounds, so that several calls can take turns (`time --rounds`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 import torch
 
 from attnbench.measure import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, is_cuda
+from attnbench.measure.rounds import split
 
 CPU_TIMER = "perf_counter_ns"
 CUDA_TIMER = "cuda-event"
@@ -45,6 +47,8 @@ class Timing:
     settled: bool  # whether warm-up reached a steady time before hitting its cap
     timer: str  # "perf_counter_ns" or "cuda-event"
     max_spread: float = DEFAULT_MAX_SPREAD  # the threshold `stable` is judged against
+    round_sizes: list[int] = field(default_factory=list)  # samples per round, when in rounds
+    extra_calls: int = 0  # untimed calls before rounds
 
     @property
     def median(self) -> float:
@@ -65,11 +69,12 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """IQR / median: robust to a few outliers, unlike the standard deviation."""
-        median = self.median
-        if median > 0:
-            return self.iqr / median
-        return 0.0 if self.iqr == 0 else math.inf
+        """IQR / median: robust to a few outliers, unlike the standard deviation. In rounds,
+        the median of each round's own: a drift between rounds is what pairing the rounds
+        removes from speed-ups, so the verdict judges the noise within them."""
+        if len(self.round_sizes) > 1:
+            return float(np.median([_spread(r) for r in split(self.samples_ms, self.round_sizes)]))
+        return _spread(self.samples_ms)
 
     @property
     def stable(self) -> bool:
@@ -78,7 +83,14 @@ class Timing:
     @property
     def calls(self) -> int:
         """Every call `time_call` made, for dividing a counter read around it (energy)."""
-        return 1 + self.warmup_calls + len(self.samples_ms) * self.loops
+        return 1 + self.warmup_calls + self.extra_calls + len(self.samples_ms) * self.loops
+
+
+def _spread(samples: list[float]) -> float:
+    q25, median, q75 = np.percentile(samples, [25, 50, 75])
+    if median > 0:
+        return float((q75 - q25) / median)
+    return 0.0 if q75 == q25 else math.inf
 
 
 def timer_name(device: str) -> str:
@@ -107,57 +119,90 @@ def time_call(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if min_time_s < 0:
-        raise ValueError(f"min_time_s must be >= 0, got {min_time_s}")
-    if max_spread < 0:
-        raise ValueError(f"max_spread must be >= 0, got {max_spread}")
-
-    schedule = partial(
-        _run, warmup=warmup, repeats=repeats, min_time_s=min_time_s, max_spread=max_spread
-    )
-    if is_cuda(device):
-        dev = torch.device(device)
-        with torch.cuda.device(dev):
-            flush = _l2_flusher(dev) if flush_l2 else _no_flush
-            return schedule(partial(_time_cuda, fn, flush=flush), timer=CUDA_TIMER)
-    return schedule(partial(_time_cpu, fn), timer=CPU_TIMER)
+    timer = Timer(fn, device, warmup, min_time_s, max_spread, flush_l2)
+    timer.sample(repeats, min_time_s)
+    return timer.timing()
 
 
-def _run(
-    measure: Callable[[int], float],
-    warmup: int,
-    repeats: int,
-    min_time_s: float,
-    max_spread: float,
-    timer: str,
-) -> Timing:
-    """The device-independent schedule; `measure(loops)` returns ms per call."""
-    first_ms = measure(1)
+class Timer:
+    """One call timed in parts, so that several calls can take turns (`time --rounds`):
+    built, it has made the first call and the warm-up; each `sample(repeats, min_time_s)`
+    then keeps a round of samples, and `timing()` holds them all with each round's size."""
 
-    warm: list[float] = []
-    settled = False
-    while len(warm) < warmup:
-        warm.append(measure(1))
-        if len(warm) >= 2 and _agree(warm[-2], warm[-1]):
-            settled = True
-            break
+    def __init__(
+        self,
+        fn: Callable[[], object],
+        device: str,
+        warmup: int = 10,
+        min_time_s: float = DEFAULT_MIN_TIME_S,
+        max_spread: float = DEFAULT_MAX_SPREAD,
+        flush_l2: bool = True,
+    ):
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        if min_time_s < 0:
+            raise ValueError(f"min_time_s must be >= 0, got {min_time_s}")
+        if max_spread < 0:
+            raise ValueError(f"max_spread must be >= 0, got {max_spread}")
+        self.max_spread = max_spread
+        if is_cuda(device):
+            dev = torch.device(device)
+            with torch.cuda.device(dev):
+                flush = _l2_flusher(dev) if flush_l2 else _no_flush
+            self.timer = CUDA_TIMER
+            self.measure = partial(_in_device, dev, partial(_time_cuda, fn, flush=flush))
+        else:
+            self.timer = CPU_TIMER
+            self.measure = partial(_time_cpu, fn)
+        self.first_ms = self.measure(1)
+        warm: list[float] = []
+        self.settled = False
+        while len(warm) < warmup:
+            warm.append(self.measure(1))
+            if len(warm) >= 2 and _agree(warm[-2], warm[-1]):
+                self.settled = True
+                break
+        self.warmup_calls = len(warm)
+        call_ms = warm[-1] if warm else self.first_ms
+        sample_ms = max(MIN_SAMPLE_MS, 1000 * min_time_s / MAX_SAMPLES)
+        self.loops = math.ceil(sample_ms / max(call_ms, 1e-6)) if call_ms < sample_ms else 1
+        self.samples: list[float] = []
+        self.round_sizes: list[int] = []
+        self.extra_calls = 0  # untimed calls between rounds (`rewarm`)
 
-    call_ms = warm[-1] if warm else first_ms
-    sample_ms = max(MIN_SAMPLE_MS, 1000 * min_time_s / MAX_SAMPLES)
-    loops = 1
-    if call_ms < sample_ms:
-        loops = math.ceil(sample_ms / max(call_ms, 1e-6))
+    def rewarm(self) -> None:
+        """One untimed call before a round, so the round starts from this call's own caches
+        rather than those of whatever ran before it."""
+        self.measure(1)
+        self.extra_calls += 1
 
-    min_time_ms = 1000 * min_time_s
-    cap = max(repeats, MAX_SAMPLES)
-    samples: list[float] = []
-    measured_ms = 0.0
-    while len(samples) < repeats or (measured_ms < min_time_ms and len(samples) < cap):
-        samples.append(measure(loops))
-        measured_ms += samples[-1] * loops
-    return Timing(samples, first_ms, len(warm), loops, settled, timer, max_spread)
+    def sample(self, repeats: int, min_time_s: float) -> list[float]:
+        """Keep samples until `repeats` of them and `min_time_s` of measured time (or the
+        sample cap) are reached; the round's samples."""
+        if repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {repeats}")
+        min_time_ms = 1000 * min_time_s
+        cap = max(repeats, MAX_SAMPLES)
+        taken: list[float] = []
+        measured_ms = 0.0
+        while len(taken) < repeats or (measured_ms < min_time_ms and len(taken) < cap):
+            taken.append(self.measure(self.loops))
+            measured_ms += taken[-1] * self.loops
+        self.samples += taken
+        self.round_sizes.append(len(taken))
+        return taken
+
+    def timing(self) -> Timing:
+        rounds = self.round_sizes if len(self.round_sizes) > 1 else []
+        return Timing(
+            self.samples, self.first_ms, self.warmup_calls, self.loops, self.settled,
+            self.timer, self.max_spread, rounds, self.extra_calls,
+        )  # fmt: skip
+
+
+def _in_device(dev: torch.device, measure: Callable[[int], float], loops: int) -> float:
+    with torch.cuda.device(dev):
+        return measure(loops)
 
 
 def _agree(a: float, b: float) -> bool:

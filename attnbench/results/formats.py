@@ -5,8 +5,9 @@ order, so a case can be appended by writing its rows and the tail at `len(head +
     CSV   head: the header line       body: one line per row         tail: ""
     JSON  head: `{"schema_version": 2,\\n"env": ENV,\\n"rows": [`
           body: "\\n" ROW for the first row, ",\\n" ROW after        tail: "\\n]}\\n"
-A CSV cell is empty for None/NaN, a float as Python (and pandas) writes it, samples a JSON
-list; the whole-file text and the appended text of the same rows are the same bytes.
+A CSV cell is empty for None/NaN, a float as Python (and pandas) writes it, samples and
+round sizes a JSON list; the whole-file text and the appended text of the same rows are the
+same bytes.
 Whole files are written through a temp file beside them and a rename, so a reader sees the
 old file or the new one; appended data are fsynced before the writer returns.
 """
@@ -22,7 +23,13 @@ import re
 import tempfile
 from pathlib import Path
 
-from attnbench.results.schema import SCHEMA_VERSION, as_samples, is_missing, record_columns
+from attnbench.results.schema import (
+    SCHEMA_VERSION,
+    as_samples,
+    as_sizes,
+    is_missing,
+    record_columns,
+)
 
 JSON_TAIL = "\n]}\n"
 
@@ -76,6 +83,8 @@ def _csv(rows) -> str:
 def _cell(value, column: str):
     if column == "samples":
         return json.dumps(as_samples(value))
+    if column == "round_sizes":
+        return json.dumps(as_sizes(value))
     if hasattr(value, "item"):  # a numpy scalar
         value = value.item()
     return "" if is_missing(value) else value

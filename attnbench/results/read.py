@@ -1,4 +1,4 @@
-"""Reading result files back: CSV or JSON, schema 1 or 2, always as a schema 2 frame.
+"""Reading result files back: CSV or JSON of any schema so far, always as a frame of this one.
 
 Invariant: `read_rows` gives the fixed `COLUMNS` first, in order, then the parameter and
 condition columns; it refuses a file that is not a result file or a CSV whose last row was
@@ -21,11 +21,12 @@ from attnbench.results.schema import (
     INT_COLUMNS,
     SCHEMA_VERSION,
     as_samples,
+    as_sizes,
 )
 
 
 def read_rows(path: Path) -> pd.DataFrame:
-    """Read a CSV or JSON result file, schema 1 or 2, into a frame with the schema 2 columns
+    """Read a CSV or JSON result file, any schema so far, into a frame with this schema's columns
     first (samples as lists of floats), then the parameter and condition columns."""
     path = Path(path)
     if path.suffix.lower() == ".json":
@@ -114,7 +115,8 @@ _V1_METHOD = re.compile(r"method=(?P<method>.+)|(?P<trials>trials use seeds .+)"
 
 
 def _as_v2(df: pd.DataFrame) -> pd.DataFrame:
-    """Add the schema 2 columns a schema 1 file lacks; move its grid and method into them."""
+    """Add the columns an older file lacks (their defaults); move a schema 1 file's grid and
+    method into their own columns."""
     df = df.copy()
     if "schema_version" not in df:
         df["schema_version"] = 1
@@ -122,6 +124,7 @@ def _as_v2(df: pd.DataFrame) -> pd.DataFrame:
         if name not in df:
             df[name] = default
     df["samples"] = df["samples"].map(as_samples) if "samples" in df else [[]] * len(df)
+    df["round_sizes"] = df["round_sizes"].map(as_sizes) if "round_sizes" in df else [[]] * len(df)
     old = pd.to_numeric(df["schema_version"], errors="coerce").fillna(1) < 2
     if old.any():
         grid = df["inputs"].astype(str).str.extract(_GRID).astype(float)

@@ -2,7 +2,8 @@
 
 Invariant: a row is one backend x case x metric; its flat record holds the fixed `COLUMNS`
 in their order, then each backend parameter and each per-case condition as a column of its
-own, so that `row_from_record(record(row))` gives the row back. Samples are a list of floats.
+own, so that `row_from_record(record(row))` gives the row back. Samples are a list of floats;
+`round_sizes` (schema 4) a list of ints: how many of the samples, in order, each round took.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 STATUSES = ("ok", "skipped", "oom", "error", "crashed")
 # A resumed case with one of these statuses is not run again; error and crashed ones are.
@@ -67,6 +68,11 @@ class Row:
     spread: float | None = None  # IQR / median of the kept samples
     speedup: float | None = None  # the baseline's median / this row's median
     baseline: str = ""
+    # run in rounds (time --rounds): the samples each round kept, in order, and the 95 %
+    # interval of the speed-up from the paired per-round ratios (`measure.rounds`)
+    round_sizes: list[int] = field(default_factory=list)
+    speedup_low: float | None = None
+    speedup_high: float | None = None
     # profile rows: the stage timed ("" = the whole call) and its share of the whole call
     stage: str = ""
     share: float | None = None
@@ -99,7 +105,7 @@ INT_COLUMNS = ("batch", "heads", "seq", "dim", "count", "grid_h", "grid_w", "thr
 DEFAULTS = {
     f.name: None if f.default is MISSING else f.default
     for f in fields(Row)
-    if f.name in COLUMNS and f.name != "samples"
+    if f.name in COLUMNS and f.name not in ("samples", "round_sizes")
 }
 
 
@@ -112,6 +118,7 @@ def record(row: Row) -> dict:
     """The flat dict written for a row: fixed columns, then parameters and conditions."""
     flat = {name: getattr(row, name) for name in COLUMNS}
     flat["samples"] = as_samples(row.samples)
+    flat["round_sizes"] = as_sizes(row.round_sizes)
     flat.update((param_column(k), v) for k, v in row.params.items())
     flat.update(row.conditions)
     return flat
@@ -122,6 +129,7 @@ def row_from_record(flat: dict) -> Row:
     values = {k: None if is_missing(v) else v for k, v in flat.items()}
     fixed = {k: v for k, v in values.items() if k in COLUMNS and v is not None}
     fixed["samples"] = as_samples(values.get("samples"))
+    fixed["round_sizes"] = as_sizes(values.get("round_sizes"))
     extra = {k: v for k, v in values.items() if k not in COLUMNS and v is not None}
     conditions = {k: v for k, v in extra.items() if k in CONDITION_KEYS}
     params = {
@@ -186,6 +194,11 @@ def as_samples(value) -> list[float]:
             return [float(x) for x in json.loads(text)]
         return [float(x) for x in text.split()]
     return [float(value)]
+
+
+def as_sizes(value) -> list[int]:
+    """Round sizes as ints, from a list or a JSON list text; [] for an empty cell."""
+    return [int(x) for x in as_samples(value)]
 
 
 def is_missing(value) -> bool:

@@ -102,6 +102,20 @@ def run_case(case: Case, measure: Measure, inputs: CaseInputs) -> list[Row]:
     return [status_row(case, measure, *failure)]
 
 
+def run_cases(cases: list[Case], measure: Measure, inputs: CaseInputs) -> list[list[Row]]:
+    """The rows of each case of a group measured together (`Measure.group`), each on a fresh
+    copy of its backend; the group measurement turns a case's failure into its status row,
+    and a failure outside any one case (building the shared inputs) fails them all."""
+    cases = [dataclasses.replace(c, backend=c.backend.with_values()) for c in cases]
+    try:
+        return measure.group(cases, inputs)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes rows
+        failure = classify(exc)
+    inputs.clear()
+    release_memory(cases[0].device)
+    return [[status_row(case, measure, *failure)] for case in cases]
+
+
 def release_memory(device: str) -> None:
     """Give back what a failed attempt left: Python's garbage, and the GPU allocator's cache."""
     gc.collect()
@@ -113,6 +127,8 @@ class Executor(Protocol):
     def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False): ...
 
     def run(self, case: Case) -> list[Row]: ...
+
+    def run_group(self, cases: list[Case]) -> list[list[Row]]: ...
 
 
 class InProcess:
@@ -126,11 +142,14 @@ class InProcess:
     def run(self, case: Case) -> list[Row]:
         return run_case(case, self.measure, self.inputs)
 
+    def run_group(self, cases: list[Case]) -> list[list[Row]]:
+        return run_cases(cases, self.measure, self.inputs)
+
 
 class Isolated:
-    """Runs each case in a fresh Python process (`python -m attnbench.run.worker`): a
-    segfault, an abort or the OOM killer ends only that process, and the case gets a
-    `crashed` row."""
+    """Runs each case (or group of cases) in a fresh Python process (`python -m
+    attnbench.run.worker`): a segfault, an abort or the OOM killer ends only that process,
+    and its cases get a `crashed` row."""
 
     def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False):
         self.measure = measure
@@ -139,9 +158,17 @@ class Isolated:
         remove_stale_case_folders()
 
     def run(self, case: Case) -> list[Row]:
+        return self._in_worker([case])[0]
+
+    def run_group(self, cases: list[Case]) -> list[list[Row]]:
+        """The group in one worker, so its cases take turns in one process as they would
+        here; a crash gives every case of the group a `crashed` row."""
+        return self._in_worker(cases)
+
+    def _in_worker(self, cases: list[Case]) -> list[list[Row]]:
         with tempfile.TemporaryDirectory(prefix=f"{CASE_FOLDER}{os.getpid()}-") as tmp:
             job, out = Path(tmp) / "case.pkl", Path(tmp) / "rows.json"
-            job.write_bytes(pickle.dumps((case, self.measure, self.threads, self.steady)))
+            job.write_bytes(pickle.dumps((cases, self.measure, self.threads, self.steady)))
             # the worker imports what this process imports: this package, a plugin's module,
             # the module defining the measurement
             path = os.pathsep.join([_package_root(), *filter(None, sys.path)])
@@ -157,8 +184,9 @@ class Isolated:
                 errors="replace",
             )
             if done.returncode == 0 and out.is_file():
-                return [Row(**row) for row in json.loads(out.read_text())]
-        return [status_row(case, self.measure, "crashed", _crash_reason(done))]
+                return [[Row(**row) for row in rows] for rows in json.loads(out.read_text())]
+        reason = _crash_reason(done)
+        return [[status_row(case, self.measure, "crashed", reason)] for case in cases]
 
 
 EXECUTORS: dict[str, type[Executor]] = {"in-process": InProcess, "isolated": Isolated}
@@ -204,6 +232,6 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def rows_to_json(rows: list[Row]) -> str:
-    """A worker's rows for its parent; in-memory arrays stay behind."""
-    return json.dumps([dataclasses.asdict(r) | {"array": None} for r in rows])
+def rows_to_json(rows: list[list[Row]]) -> str:
+    """A worker's rows of each case for its parent; in-memory arrays stay behind."""
+    return json.dumps([[dataclasses.asdict(r) | {"array": None} for r in case] for case in rows])

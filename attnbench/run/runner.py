@@ -2,10 +2,11 @@
 
 `run` first validates every case of the study (a case that can never run is a UsageError
 before any work, and before the caller opens its outputs), then yields each case's rows as
-it ends: a backend that cannot run the case, or a case predicted not to fit in memory, gives
-a `skipped` row; otherwise the executor builds the inputs and runs the study's measurement,
-where an out-of-memory becomes an `oom` row, any other exception an `error` row, and a
-crash of an isolated case a `crashed` row; the sweep goes on.
+it ends (a group of cases measured together, `Study.group_key`, ends as a whole): a backend
+that cannot run the case, or a case predicted not to fit in memory, gives a `skipped` row;
+otherwise the executor builds the inputs and runs the study's measurement, where an
+out-of-memory becomes an `oom` row, any other exception an `error` row, and a crash of an
+isolated case a `crashed` row; the sweep goes on.
 """
 
 from __future__ import annotations
@@ -100,18 +101,51 @@ def _difference(row: dict, cases: list[Case]) -> str:
 
 
 def _sweep(study, cases, executor, sink, on_case) -> Iterator[list[Row]]:
+    for group in _groups(study, cases):
+        yield from _run_group(study, group, executor, sink, on_case)
+
+
+def _groups(study, cases: list[Case]) -> Iterator[list[Case]]:
+    """Runs of consecutive cases with the same `study.group_key` (not None); else one by one."""
+    group: list[Case] = []
     for case in cases:
+        key = study.group_key(case)
+        if group and (key is None or key != study.group_key(group[0])):
+            yield group
+            group = []
+        group.append(case)
+        if key is None:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _run_group(study, group, executor, sink, on_case) -> Iterator[list[Row]]:
+    """The rows of each case of a group, in order: resumed ones as they were, skipped ones
+    as such, the rest measured together (one case alone: `executor.run`), each committed
+    as a whole case once the group is measured."""
+    rows: dict[int, list[Row]] = {}
+    measured, resumed = [], set()
+    for index, case in enumerate(group):
         on_case(case)
         done = sink.done(case.case_id) if sink is not None else None
         if done is not None:  # complete in a resumed output: its rows, not written again
-            yield study.finish(case, [row_from_record(r) for r in done])
+            rows[index] = [row_from_record(r) for r in done]
+            resumed.add(index)
             continue
         reason = skip_reason(case)
         if reason:
-            rows = [status_row(case, study.measure, "skipped", reason)]
+            rows[index] = [status_row(case, study.measure, "skipped", reason)]
         else:
-            rows = executor.run(case)
-        rows = study.finish(case, rows)
-        if sink is not None:
-            sink.add_case(rows)
-        yield rows
+            measured.append(index)
+    together = study.measure.group is not None and study.group_key(group[0]) is not None
+    if together and measured:
+        rows |= dict(zip(measured, executor.run_group([group[i] for i in measured]), strict=True))
+    else:
+        rows |= {i: executor.run(group[i]) for i in measured}
+    for index, case in enumerate(group):
+        finished = study.finish(case, rows[index])
+        if sink is not None and index not in resumed:
+            sink.add_case(finished)
+        yield finished

@@ -21,13 +21,17 @@ if TYPE_CHECKING:
 class Measure:
     """A study's measurement of one case: `fn(case, inputs) -> rows`. A case that does not
     run (skipped, oom, error, crashed) gets one row of `metric` in `unit` with its status.
+    `group(cases, inputs) -> rows of each case`, where given, measures the cases of a group
+    together (`Study.group_key`) and turns a failure of one case into that case's status
+    row itself.
 
-    `fn` must be a module-level function (or a partial of one) so an isolated worker can
-    unpickle it."""
+    `fn` and `group` must be module-level functions (or partials of them) so an isolated
+    worker can unpickle them."""
 
     fn: Callable[[Case, CaseInputs], list[Row]]
     metric: str
     unit: str = ""
+    group: Callable[[list[Case], CaseInputs], list[list[Row]]] | None = None
 
     def __call__(self, case: Case, inputs: CaseInputs) -> list[Row]:
         return self.fn(case, inputs)
@@ -40,9 +44,13 @@ class Study:
     measurement. `validate(cases)`: raise UsageError for a case that can never run.
     `finish(case, rows)`: the rows as they are written, given every earlier case (called in
     order, resumed cases included). `steady`: whether an isolated worker uses the steady
-    allocator, as the time study's own process does."""
+    allocator, as the time study's own process does. `group_key(case)`: consecutive cases
+    with the same key, not None, are measured together by `measure.group`."""
 
     steady: bool = False
+
+    def group_key(self, case: Case) -> object | None:
+        return None
 
     @property
     def cases(self) -> list[Case]:  # pragma: no cover - abstract

@@ -1,6 +1,7 @@
-"""Runs one case in this fresh process for `executors.Isolated`:
-`python -m attnbench.run.worker CASE.pkl ROWS.json PARENT_PID`. The case, its measurement,
-the thread count and the allocator choice come pickled; the rows go back as JSON. Only a
+"""Runs one case, or a group measured together, in this fresh process for
+`executors.Isolated`: `python -m attnbench.run.worker CASE.pkl ROWS.json PARENT_PID`. The
+cases, their measurement, the thread count and the allocator choice come pickled; the rows
+of each case go back as JSON. Only a
 crash of the process itself leaves no rows file. The worker dies with its parent, so a
 killed run leaves no case measuring on."""
 
@@ -29,13 +30,16 @@ def main(job: str, out: str, parent: str) -> None:
     die_with_parent(int(parent))
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.threads import set_threads
-    from attnbench.run.executors import CaseInputs, rows_to_json, run_case
+    from attnbench.run.executors import CaseInputs, rows_to_json, run_case, run_cases
 
-    case, measure, threads, steady = pickle.loads(Path(job).read_bytes())
+    cases, measure, threads, steady = pickle.loads(Path(job).read_bytes())
     if steady:
         steady_allocator()
     set_threads(threads)
-    rows = run_case(case, measure, CaseInputs())
+    if len(cases) == 1:
+        rows = [run_case(cases[0], measure, CaseInputs())]
+    else:
+        rows = run_cases(cases, measure, CaseInputs())
     Path(out).write_text(rows_to_json(rows))
 
 

@@ -2,7 +2,10 @@
 
 One case is one backend at one length. The runner builds the inputs once per length, outside
 every timed region, and shares them between the backends; the `baseline` backend runs first
-at each length so every later row can carry its speed-up against it.
+at each length so every later row can carry its speed-up against it. With `rounds` > 1 the
+backends of a length take turns instead: each is warmed up, then each round visits them in a
+new random order and each keeps its round of samples, so drift common to a round cancels in
+the paired per-round speed-ups (`measure.rounds`).
 Most backends take the same time on any inputs; a searching one (scram) does not, since
 PatchMatch stops retrying lists that have settled, which happens early on a coherent image
 and late on random vectors: `inputs` picks what to time on.
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from attnbench.backends import Backend
@@ -24,12 +28,13 @@ from attnbench.measure import conditions
 from attnbench.measure.ceilings import Ceilings
 from attnbench.measure.memory import peak_memory
 from attnbench.measure.roofline import call_throughput
+from attnbench.measure.rounds import paired_speedup, round_medians
 from attnbench.measure.telemetry import GpuTelemetry
-from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, time_call
+from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, Timer, Timing
 from attnbench.results.schema import Row
 from attnbench.run.case import MODES, Case
-from attnbench.run.executors import CaseInputs
-from attnbench.run.study import Measure, Study, case_row
+from attnbench.run.executors import CaseInputs, classify, release_memory
+from attnbench.run.study import Measure, Study, case_row, status_row
 
 __all__ = ["MODES", "TimeSpec", "measure"]
 MIB = 1024 * 1024
@@ -59,6 +64,7 @@ class TimeSpec(Study):
     min_time: float = DEFAULT_MIN_TIME_S  # seconds of samples per case, at least
     max_spread: float = DEFAULT_MAX_SPREAD  # IQR / median above this marks a case unstable
     ceilings: Ceilings | None = None  # this machine's limits: rows get % of their roofline bound
+    rounds: int = 1  # > 1: the backends of a length take turns in this many rounds
 
     def __post_init__(self):
         if self.grids:
@@ -74,13 +80,15 @@ class TimeSpec(Study):
         return list(zip(self.seqs, self.grids or [None] * len(self.seqs), strict=True))
 
     def settings(self) -> dict:
-        """The options that shape every case's measurement (part of its `case_id`)."""
-        return {
+        """The options that shape every case's measurement (part of its `case_id`; `rounds`
+        only when above 1, so that the ids of runs without rounds stay as they were)."""
+        settings = {
             "repeats": self.repeats,
             "warmup": self.warmup,
             "min_time": self.min_time,
             "max_spread": self.max_spread,
         }
+        return settings | ({"rounds": self.rounds} if self.rounds > 1 else {})
 
     @property
     def cases(self) -> list[Case]:
@@ -103,7 +111,13 @@ class TimeSpec(Study):
 
     @property
     def measure(self) -> Measure:
-        return Measure(partial(measure, ceilings=self.ceilings), "time_ms", "ms")
+        base = self.baseline.spec if self.baseline else None
+        group = partial(measure_rounds, ceilings=self.ceilings, baseline=base)
+        return Measure(partial(measure, ceilings=self.ceilings), "time_ms", "ms", group=group)
+
+    def group_key(self, case: Case) -> object | None:
+        """The backends of one length take turns when run in rounds."""
+        return (case.n, case.grid) if self.rounds > 1 else None
 
     def finish(self, case: Case, rows: list[Row]) -> list[Row]:
         return self._speedups(case, rows)
@@ -120,12 +134,80 @@ def measure(case: Case, inputs: CaseInputs, ceilings: Ceilings | None = None) ->
     telemetry = GpuTelemetry(case.device)
     before = conditions.snapshot(case.device)
     telemetry.start()
-    timing = time_call(
-        call, case.device, settings["repeats"], settings["warmup"],
-        min_time_s=settings["min_time"], max_spread=settings["max_spread"],
-    )  # fmt: skip
+    timer = _timer(case, call)
+    timer.sample(settings["repeats"], settings["min_time"])
+    timing = timer.timing()
     gpu = telemetry.stop(timing.calls)
     around = conditions.case_conditions(before, conditions.snapshot(case.device)) | gpu
+    return _rows(case, call, timing, around, ceilings)
+
+
+def measure_rounds(
+    cases: list[Case],
+    inputs: CaseInputs,
+    ceilings: Ceilings | None = None,
+    baseline: str | None = None,
+) -> list[list[Row]]:
+    """The rows of each case of one length, measured in `rounds` (the cases' setting):
+    each case is warmed up, then every round visits the cases still running in a new
+    random order (seeded), each visit an untimed call and then ceil(repeats / rounds)
+    samples and `min_time` of them. A case that fails gets its status row and leaves the
+    rounds. The conditions are read around the whole group (its cases share one process),
+    and a GPU's energy per call is not attributed, as its counter spans every case.
+    Rows of the `baseline` (a spec) and each case get the paired per-round speed-up."""
+    settings = cases[0].settings
+    rounds = settings["rounds"]
+    per_round = -(-settings["repeats"] // rounds)
+    rows: dict[int, list[Row]] = {}
+    live: dict[int, tuple[Callable, Timer]] = {}
+    telemetry = GpuTelemetry(cases[0].device)
+    before = conditions.snapshot(cases[0].device)
+    telemetry.start()
+    for i, case in enumerate(cases):
+        try:
+            call = timed_call(case, inputs.bind(case)())
+            live[i] = call, _timer(case, call)
+        except Exception as exc:  # noqa: BLE001 - a failure is the case's row
+            rows[i] = _failed(case, exc)
+    order = np.random.default_rng([cases[0].seed, cases[0].n]).permutation
+    for _ in range(rounds):
+        for i in map(int, order(sorted(live))):
+            try:
+                live[i][1].rewarm()
+                live[i][1].sample(per_round, settings["min_time"])
+            except Exception as exc:  # noqa: BLE001
+                del live[i]
+                rows[i] = _failed(cases[i], exc)
+    gpu = telemetry.stop(1)
+    if gpu:
+        gpu["energy_mj_per_call"] = None
+    around = conditions.case_conditions(before, conditions.snapshot(cases[0].device)) | gpu
+    for i, (call, timer) in live.items():
+        try:
+            rows[i] = _rows(cases[i], call, timer.timing(), around, ceilings)
+        except Exception as exc:  # noqa: BLE001
+            rows[i] = _failed(cases[i], exc)
+    _paired_speedups(cases, rows, baseline)
+    return [rows[i] for i in range(len(cases))]
+
+
+def _timer(case: Case, call: Callable[[], object]) -> Timer:
+    """The case's call, first called and warmed up."""
+    settings = case.settings
+    return Timer(
+        call, case.device, settings["warmup"], settings["min_time"], settings["max_spread"]
+    )
+
+
+def _failed(case: Case, exc: Exception) -> list[Row]:
+    release_memory(case.device)
+    return [status_row(case, Measure(measure, "time_ms", "ms"), *classify(exc))]
+
+
+def _rows(
+    case: Case, call: Callable, timing: Timing, around: dict, ceilings: Ceilings | None
+) -> list[Row]:
+    """The time, first-call and peak-memory rows of a timed case."""
     memory = peak_memory(call, case.device)
     return [
         case_row(
@@ -137,6 +219,7 @@ def measure(case: Case, inputs: CaseInputs, ceilings: Ceilings | None = None) ->
             p90=timing.p90,
             count=len(timing.samples_ms),
             samples=list(timing.samples_ms),
+            round_sizes=list(timing.round_sizes),
             method=timing.timer if timing.loops == 1 else f"{timing.timer} x{timing.loops}",
             reason="" if timing.settled else "warm-up did not settle within the cap",
             stable=timing.stable and not conditions.contended(around),
@@ -156,6 +239,23 @@ def measure(case: Case, inputs: CaseInputs, ceilings: Ceilings | None = None) ->
     ]
 
 
+def _paired_speedups(cases: list[Case], rows: dict[int, list[Row]], baseline: str | None):
+    """Each ok time row's speed-up against the baseline's, round by round, when the
+    baseline ran in the same rounds."""
+    times = {
+        cases[i].backend.spec: r for i, case_rows in rows.items() for r in case_rows
+        if r.metric == "time_ms" and r.status == "ok" and r.round_sizes
+    }  # fmt: skip
+    base = times.get(baseline)
+    if base is None:
+        return
+    base_medians = round_medians(base.samples, base.round_sizes)
+    for row in times.values():
+        own = round_medians(row.samples, row.round_sizes)
+        row.speedup, row.speedup_low, row.speedup_high = paired_speedup(base_medians, own)
+        row.baseline = baseline
+
+
 def case_throughput(case: Case, ms: float, ceilings: Ceilings | None) -> dict:
     """Row fields of a whole call taking `ms`: rates by the backend's algorithmic count
     (the sum of its stages) and by the dense-equivalent count, and how close the call
@@ -167,7 +267,8 @@ def case_throughput(case: Case, ms: float, ceilings: Ceilings | None) -> dict:
 
 class Speedups:
     """`finish` hook: each ok time row gets the baseline's median / its own at that length
-    (the baseline runs first at each length, so its median is known by then)."""
+    (the baseline runs first at each length, so its median is known by then), unless its
+    rounds already paired it with the baseline's."""
 
     def __init__(self, baseline: Backend | None):
         self.baseline = baseline.spec if baseline else None
@@ -180,7 +281,7 @@ class Speedups:
         where = (case.n, case.grid)
         if case.backend.spec == self.baseline:
             self.medians[where] = time.value
-        if where in self.medians:
+        if where in self.medians and time.speedup is None:  # not paired by rounds
             time.speedup = self.medians[where] / time.value
             time.baseline = self.baseline
         return rows

@@ -1,10 +1,12 @@
 """Compare result files case by case: ratio of medians B/A with a bootstrap interval.
 
-Each side is one or more result files (runs). A change is significant when the 95 % interval
-of the ratio excludes 1.0. With two or more runs on each side the interval is a hierarchical
-bootstrap (runs drawn with replacement, then each drawn run's kept samples), so drift between
-runs is in it; with one run on a side it resamples the kept samples alone and covers the
-noise within a run only, which back-to-back runs on a shared machine exceed. Every interval is
+Each side is one or more result files (runs), each case's samples split into the rounds of
+its run when it ran in rounds (`time --rounds`). A change is significant when the 95 %
+interval of the ratio excludes 1.0. With two or more runs or rounds on each side the interval
+is a hierarchical bootstrap (runs drawn with replacement, then each drawn run's rounds, then
+each drawn round's kept samples), so drift between runs and rounds is in it; with one run of
+one round on a side it resamples the kept samples alone and covers the noise within a run
+only, which back-to-back runs on a shared machine exceed. Every interval is
 seeded per case, so the same files always give the same verdicts, whatever their row order.
 A case either run flagged unstable gets no verdict of its own ("unstable") and is named
 beside the gate's verdict. The regression gate fails a case whose interval lies above 1 (a
@@ -26,8 +28,9 @@ import pandas as pd
 from rich.table import Table
 
 from attnbench.errors import UsageError
+from attnbench.measure.rounds import split
 from attnbench.results.read import read_rows
-from attnbench.results.schema import unstable
+from attnbench.results.schema import as_sizes, unstable
 from attnbench.views.labels import backend_label
 
 METRICS = ("time_ms",)  # first_call_ms has one sample and peak_mib is not a time
@@ -43,8 +46,8 @@ class Change:
     """One case found in both files, with the samples behind each median."""
 
     key: dict  # case key columns and metric, as text
-    a: list[list[float]]  # each run's kept samples
-    b: list[list[float]]
+    a: list[list[list[float]]]  # each run's rounds, each round's kept samples
+    b: list[list[list[float]]]
     a_median: float  # of all the side's samples
     b_median: float
     low: float | None = None  # interval bounds of b_median / a_median; None: too few samples
@@ -57,8 +60,9 @@ class Change:
 
     @property
     def by_runs(self) -> bool:
-        """The interval resamples runs (two or more on each side), not samples alone."""
-        return len(self.a) >= 2 and len(self.b) >= 2
+        """The interval resamples runs or rounds (two or more on each side), not samples
+        alone."""
+        return min(units(self.a), units(self.b)) >= 2
 
     @property
     def verdict(self) -> str:
@@ -77,6 +81,11 @@ class Change:
         and the ratio above 1 + threshold. An unstable case is not judged (`summary` names
         it beside the gate's verdict)."""
         return self.verdict == "slower" and self.ratio > 1.0 + threshold
+
+
+def units(runs: list[list[list[float]]]) -> int:
+    """The independent units of a side: its runs, or a lone run's rounds."""
+    return len(runs) if len(runs) != 1 else len(runs[0])
 
 
 @dataclass
@@ -154,16 +163,16 @@ def compare_files(a: str | Path, b: str | Path) -> Comparison:
 
 @dataclass
 class _Case:
-    """One case on one side: its status, each run's samples (or its median when a row kept
-    none), and whether a run flagged it unstable."""
+    """One case on one side: its status, each run's rounds of samples (its median when a
+    row kept none), and whether a run flagged it unstable."""
 
     status: str = ""
-    runs: dict[str, list[float]] = field(default_factory=dict)
+    runs: dict[str, list[list[float]]] = field(default_factory=dict)
     unstable: bool = False
 
     @property
     def median(self) -> float:
-        pooled = [s for run in self.runs.values() for s in run]
+        pooled = [s for run in self.runs.values() for part in run for s in part]
         return float(np.median(pooled)) if pooled else math.nan
 
 
@@ -189,13 +198,24 @@ def _cases(frame: pd.DataFrame, columns: list[str]) -> dict[tuple, _Case]:
         case = cases.setdefault(tuple(_norm(row.get(c)) for c in columns), _Case())
         if row["status"] == "ok":
             run = f"{row.get('_file', '')}#{_norm(row.get('run_id'))}"
-            samples = row["samples"] or [float(row["value"])]
             case.status = "ok"
-            case.runs.setdefault(run, []).extend(samples)
+            case.runs.setdefault(run, []).extend(_rounds(row))
             case.unstable |= bool(row["_unstable"])
         elif case.status != "ok":
             case.status = str(row["status"])
     return cases
+
+
+def _rounds(row: dict) -> list[list[float]]:
+    """A row's samples split into its rounds (one round when it ran in none, or when its
+    round sizes do not fit its samples), or its median alone when it kept no samples."""
+    samples = row["samples"]
+    if not samples:
+        return [[float(row["value"])]]
+    try:
+        return split(samples, as_sizes(row.get("round_sizes")))
+    except ValueError:
+        return [samples]
 
 
 def _norm(value) -> str:
@@ -213,11 +233,15 @@ def _change(key: dict, a: _Case, b: _Case) -> Change:
     change.unstable = sides
     if change.by_runs and change.a_median > 0:
         change.low, change.high = runs_interval(change.a, change.b, seed=_case_seed(key))
-    elif min(sum(map(len, change.a)), sum(map(len, change.b))) >= 2 and change.a_median > 0:
-        pooled_a = [s for run in change.a for s in run]
-        pooled_b = [s for run in change.b for s in run]
+    elif min(_count(change.a), _count(change.b)) >= 2 and change.a_median > 0:
+        pooled_a = [s for run in change.a for part in run for s in part]
+        pooled_b = [s for run in change.b for part in run for s in part]
         change.low, change.high = ratio_interval(pooled_a, pooled_b, seed=_case_seed(key))
     return change
+
+
+def _count(runs: list[list[list[float]]]) -> int:
+    return sum(len(part) for run in runs for part in run)
 
 
 def _case_seed(key: dict) -> int:
@@ -240,24 +264,28 @@ def ratio_interval(
 
 
 def runs_interval(
-    a: list[list[float]],
-    b: list[list[float]],
+    a: list[list[list[float]]],
+    b: list[list[list[float]]],
     resamples: int = RESAMPLES,
     level: float = LEVEL,
     seed: int = 0,
 ) -> tuple[float, float]:
     """Hierarchical percentile-bootstrap interval of median(b) / median(a): each resample
-    draws a side's runs with replacement, then each drawn run's samples, and takes the
-    median of what it drew; so drift between runs widens the interval as it should."""
+    draws a side's runs with replacement, then each drawn run's rounds, then each drawn
+    round's samples, and takes the median of what it drew; so drift between runs and
+    between rounds widens the interval as it should."""
     rng = np.random.default_rng(seed)
-    runs_a = [np.asarray(r, dtype=float) for r in a]
-    runs_b = [np.asarray(r, dtype=float) for r in b]
+    side_a = [[np.asarray(part, dtype=float) for part in run] for run in a]
+    side_b = [[np.asarray(part, dtype=float) for part in run] for run in b]
 
-    def median_of(runs: list[np.ndarray]) -> float:
-        drawn = rng.integers(len(runs), size=len(runs))
-        return float(np.median(np.concatenate([rng.choice(runs[i], runs[i].size) for i in drawn])))
+    def draw(items: list) -> list:
+        return [items[i] for i in rng.integers(len(items), size=len(items))]
 
-    ratios = np.array([median_of(runs_b) / median_of(runs_a) for _ in range(resamples)])
+    def median_of(runs: list[list[np.ndarray]]) -> float:
+        drawn = [rng.choice(part, part.size) for run in draw(runs) for part in draw(run)]
+        return float(np.median(np.concatenate(drawn)))
+
+    ratios = np.array([median_of(side_b) / median_of(side_a) for _ in range(resamples)])
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return float(low), float(high)
@@ -344,15 +372,16 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no case in both files"
     by_runs = [c.by_runs for c in comparison.changes]
-    unit = "runs, then samples" if by_runs and all(by_runs) else "samples"
+    unit = "runs, then rounds, then samples" if by_runs and all(by_runs) else "samples"
     lines.append(
         f"{tally}: ratio of medians B/A with a {LEVEL:.0%} bootstrap interval "
         f"({RESAMPLES} resamples of {unit}); significant when the interval excludes 1"
     )
     if by_runs and not all(by_runs):
         lines.append(
-            "one run on a side: its intervals cover the noise within a run only, not the "
-            "drift between runs; give each side two or more runs (files or a glob)"
+            "one run of one round on a side: its intervals cover the noise within a run only, "
+            "not the drift between runs; give each side two or more runs (files or a glob) "
+            "or rounds (time --rounds)"
         )
     if counts.get("no CI"):
         lines.append("no CI: fewer than 2 samples in a file, medians compared without an interval")

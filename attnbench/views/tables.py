@@ -24,8 +24,8 @@ from attnbench.views.labels import backend_label
 def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     """A line per backend and length: median, mean of the kept samples (what the SCRAM seed
     reports), spread, peak memory, the speed-up the study recorded against `baseline` (a
-    spec), status; an unstable case is marked in its status, and in its spread when that is
-    above max_spread."""
+    spec; with its 95 % interval when rounds paired it), status; an unstable case is marked
+    in its status, and in its spread when that is above max_spread."""
     table = Table(title="attnbench time", box=box.SIMPLE_HEAD)
     records = _records(frame)
     images = bool(records) and all(not _missing(r.get("grid_h")) for r in records)
@@ -34,7 +34,10 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     for column in columns:
         left = column == "backend"
         table.add_column(column, justify="left" if left else "right", no_wrap=True)
-    table.add_column(f"speed-up\nvs {backend_label(baseline)}", justify="right", no_wrap=True)
+    paired = any(not _missing(r.get("speedup_low")) for r in records)
+    interval = " (95% CI)" if paired else ""
+    label = f"speed-up{interval}\nvs {backend_label(baseline)}"
+    table.add_column(label, justify="right", no_wrap=True)
     table.add_column("GFLOP/s\nalg. / dense-eq.", justify="right", no_wrap=True)
     table.add_column("% of\nbound", justify="right", no_wrap=True)
     table.add_column("status")
@@ -44,7 +47,6 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     for case, r in times.items():
         ok = r["status"] == "ok"
         samples = r.get("samples")
-        speedup = r.get("speedup")
         peak = peaks.get(case)
         table.add_row(
             backend_label(r["backend"]),
@@ -54,12 +56,22 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
             f"{_ms(r['p10'])}-{_ms(r['p90'])}" if ok else "-",
             _spread(r, max_spread) if ok else "-",
             f"{peak:.1f}" if not _missing(peak) else "-",
-            f"{speedup:.2f}x" if not _missing(speedup) and speedup else "-",
+            _speedup(r),
             _rates(r) if ok else "-",
             _bound(r) if ok else "-",
             "[yellow]unstable[/yellow]" if _unstable(r) else _status(r),
         )
     return table
+
+
+def _speedup(record: dict) -> str:
+    """The speed-up, with its interval when rounds paired it with the baseline's."""
+    speedup, low, high = (record.get(k) for k in ("speedup", "speedup_low", "speedup_high"))
+    if _missing(speedup) or not speedup:
+        return "-"
+    if _missing(low) or _missing(high):
+        return f"{speedup:.2f}x"
+    return f"{speedup:.2f}x ({low:.2f}-{high:.2f})"
 
 
 def _speedup_gaps(times: list[dict], baseline: str) -> str | None:
@@ -307,94 +319,3 @@ def _symptoms(record: dict) -> str:
     if wait is not None:
         found.append(f"CPU wait {wait:.0%}")
     return ", ".join(found)
-
-
-def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
-    """A machine's ceilings (`measure.ceilings.Ceilings`): GEMM peak per dtype, copy and
-    triad bandwidth per memory level, the computed peak with its inputs and the measured
-    fp32 GEMM peak's share of it, GPU clocks and datasheet peaks when present, and where
-    the record is cached (`cache_file`, None: not written)."""
-    title = f"attnbench machine: {ceilings.device_name} ({ceilings.device}, "
-    threads = f"{ceilings.threads} thread" + ("" if ceilings.threads == 1 else "s")
-    table = Table(title=escape(f"{title}{threads})"))
-    for column in ("ceiling", "value", "basis"):
-        table.add_column(column, justify="right" if column == "value" else "left")
-    for dtype, gflops in ceilings.gemm_gflops.items():
-        size = ceilings.gemm_size.get(dtype)
-        table.add_row(f"GEMM {dtype}", _flops(gflops), f"torch.mm, n = {size}" if size else "")
-    table.add_section()
-    for level in ceilings.levels:
-        held = "beyond the caches" if math.isinf(level.capacity) else f"of {_size(level.capacity)}"
-        basis = f"working set {_size(level.working_set)} {held}"
-        table.add_row(f"{level.name} copy", f"{level.copy_gbs:,.1f} GB/s", basis)
-        table.add_row(f"{level.name} triad", f"{level.triad_gbs:,.1f} GB/s", basis)
-    measured = ceilings.gemm_gflops.get("float32")
-    _computed_rows(table, ceilings.computed, measured)
-    _gpu_rows(table, ceilings, measured)
-    table.add_section()
-    table.add_row("fingerprint", ceilings.fingerprint, f"measured {ceilings.measured_at}")
-    table.add_row("cache file", "", escape(cache_file) if cache_file else "not written")
-    return table
-
-
-def _computed_rows(table: Table, computed: dict, measured: float | None) -> None:
-    """cores x lanes x 2 x FMA units x clock, and the fp32 GEMM peak's share of it."""
-    if not computed:
-        return
-    table.add_section()
-    clocks = computed.get("clock_sources_ghz", {})
-    source = next((k for k, v in clocks.items() if v and v == computed["clock_ghz"]), None)
-    where = {"cpu_mhz": "cpu MHz", "cpufreq_max": "cpufreq max"}.get(source, source)
-    clock = f"{computed['clock_ghz']:.2f} GHz ({where})" if source else "no clock known"
-    assumed = " (assumed)" if computed.get("fma_units_assumed") else ""
-    basis = (
-        f"{computed['cores_used']} cores x {computed['fp32_lanes']} lanes "
-        f"({computed['simd']}) x {computed['flops_per_fma']} (FMA) x "
-        f"{computed['fma_units']} FMA units{assumed} x {clock}"
-    )
-    peak = computed.get("gflops_fp32")
-    table.add_row("computed fp32 peak", _flops(peak) if peak else "-", basis)
-    if peak and measured:
-        table.add_row("GEMM float32 / computed", f"{measured / peak:.0%}", "measured over computed")
-
-
-def _gpu_rows(table: Table, ceilings, measured: float | None) -> None:
-    """NVML clocks, then the vendor's peaks and the measured share of them."""
-    clocks, sheet = ceilings.clocks, ceilings.datasheet
-    if clocks:
-        table.add_section()
-        for label in ("sm", "memory"):
-            if clocks.get(f"{label}_max_mhz") is not None:
-                now = f"now {clocks.get(f'{label}_mhz')} MHz ({clocks.get('source', 'NVML')})"
-                table.add_row(
-                    f"{label.upper()} clock", f"{clocks[f'{label}_max_mhz']} MHz max", now
-                )
-    if not sheet:
-        return
-    table.add_section()
-    source = f"{sheet['product']}, {sheet['source']} (not measured)"
-    for key in ("fp32", "tf32", "bf16", "fp16"):
-        if sheet.get(f"{key}_tflops"):
-            table.add_row(f"datasheet {key}", _flops(1e3 * sheet[f"{key}_tflops"]), source)
-    if sheet.get("memory_tbs"):
-        table.add_row("datasheet memory", f"{sheet['memory_tbs']:.2f} TB/s", source)
-    if measured and sheet.get("fp32_tflops"):
-        share = measured / (1e3 * sheet["fp32_tflops"])
-        table.add_row("GEMM float32 / datasheet", f"{share:.0%}", "measured over datasheet")
-    if ceilings.levels and sheet.get("memory_tbs"):
-        last = ceilings.levels[-1]
-        share = last.gbs / (1e3 * sheet["memory_tbs"])
-        table.add_row(f"{last.name} / datasheet", f"{share:.0%}", "measured over datasheet")
-
-
-def _flops(gflops: float) -> str:
-    return f"{gflops / 1e3:,.1f} TFLOP/s" if gflops >= 1e4 else f"{gflops:,.1f} GFLOP/s"
-
-
-def _size(nbytes: float) -> str:
-    """Bytes in binary units: "32 KiB", "1.5 MiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes:.4g} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.4g} GiB"
