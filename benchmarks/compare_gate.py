@@ -43,32 +43,39 @@ def slowed(path: Path, out: Path, factor: float) -> None:
     frame.to_csv(out, index=False)
 
 
-def gate_fails(a: str, b: str, fail_above: str) -> bool:
+def gate_fails(a: str, b: str, fail_above: str) -> str:
+    """The gate's FAIL line naming the failing cases, or "" when it passes."""
     argv = [sys.executable, "-m", "attnbench", "compare", a, b, "--fail-above", fail_above]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(done.stderr)
-    return done.returncode == 1
+    lines = " ".join(done.stdout.split()).partition("FAIL: ")[2]
+    return (lines or "FAIL") if done.returncode == 1 else ""
 
 
 def main(
-    pairs: int = 10, runs: int = 1, rounds: int = 5, fail_above: str = "5%", slowdown: float = 1.2
+    pairs: int = 10,
+    runs: int = 1,
+    rounds: int = 5,
+    fail_above: str = "5%",
+    slowdown: float = 1.2,
+    keep: Path = typer.Option(None, help="keep every run's CSV in this folder"),
 ) -> None:
     same_failed = planted_failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(pairs):
-            folder = Path(tmp) / f"pair{pair}"
-            folder.mkdir()
+            folder = (keep or Path(tmp)) / f"pair{pair}"
+            folder.mkdir(parents=True)
             for run in range(runs):
                 for side in "ab":
                     timed(folder / f"{side}-{run}.csv", rounds)
                 slowed(folder / f"b-{run}.csv", folder / f"slow-{run}.csv", slowdown)
             a, b, slow = (str(folder / f"{side}-*.csv") for side in ("a", "b", "slow"))
             same, planted = gate_fails(a, b, fail_above), gate_fails(a, slow, fail_above)
-            same_failed += same
-            planted_failed += planted
-            verdicts = ["FAIL" if failed else "pass" for failed in (same, planted)]
-            print(f"pair {pair}: identical {verdicts[0]}, {slowdown:g}x slower {verdicts[1]}")
+            same_failed += bool(same)
+            planted_failed += bool(planted)
+            verdicts = [f"FAIL ({failed})" if failed else "pass" for failed in (same, planted)]
+            print(f"pair {pair}: identical {verdicts[0]}; {slowdown:g}x slower {verdicts[1]}")
     print(
         f"{runs} run(s) of {rounds} round(s) a side: "
         f"identical code failed the {fail_above} gate in {same_failed} of {pairs} pairs; "

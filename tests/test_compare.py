@@ -298,7 +298,7 @@ def test_a_real_slowdown_still_shows_across_drifting_runs(tmp_path):
     b = _runs(tmp_path, "b", [1.5, 1.55, 1.45], seed=10)
     result = invoke(a, b, "--fail-above", "20%")
     assert result.exit_code == 1, result.output
-    assert "resamples of runs, then rounds, then samples" in result.output
+    assert "resamples of runs, then rounds, then samples" in " ".join(result.output.split())
     assert "FAIL: significantly slower by more than 20%" in result.output
 
 

@@ -201,7 +201,7 @@ def test_compare_takes_rounds_as_units(tmp_path):
     assert change.by_runs and [len(r) for r in change.a[0]] == [20] * 5
     assert change.low < 1.0 < change.high  # drift between rounds is in the interval
     lines = " ".join(compare.summary(comparison, 0.05))
-    assert "runs, then rounds, then samples" in lines and "one round" not in lines
+    assert "runs, then rounds, then samples" in lines and "one run on a side" in lines
     pooled_low, pooled_high = compare.ratio_interval(
         [s for r in change.a[0] for s in r], [s for r in change.b[0] for s in r]
     )
@@ -222,3 +222,22 @@ def test_a_backend_added_on_resume_gets_an_unpaired_speedup(tmp_path):
     softmax = times.loc["softmax"]
     assert softmax["speedup"] == pytest.approx(times.loc["sdpa", "value"] / softmax["value"])
     assert math.isnan(softmax["speedup_low"])
+
+
+def test_the_interval_over_few_rounds_is_calibrated():
+    """Five rounds a side, each shifted by its own drift (sd 5 %): for identical code a 95 %
+    interval may exclude 1 about 5 % of the time, and a real 20 % slowdown must still show."""
+    rng = np.random.default_rng(1)
+
+    def side(factor: float = 1.0) -> list[list[list[float]]]:
+        drifts = factor * np.exp(0.05 * rng.standard_normal(5))
+        return [[list(10 * d * (1 + 0.01 * rng.standard_normal(8))) for d in drifts]]
+
+    def excludes_one(b_factor: float) -> bool:
+        seed = int(rng.integers(1 << 30))
+        low, high = compare.runs_interval(side(), side(b_factor), resamples=200, seed=seed)
+        return not low <= 1.0 <= high
+
+    trials = 60
+    assert sum(excludes_one(1.0) for _ in range(trials)) <= 6  # about 3 of 60 expected
+    assert sum(excludes_one(1.2) for _ in range(trials)) >= 0.8 * trials

@@ -85,9 +85,9 @@ def compare_cmd(
     """Compare runs case by case: ratio of medians B/A with a 95% bootstrap interval.
 
     With two or more runs a side (files, or a glob: 'before-*.csv'), or runs in rounds
-    (time --rounds), the interval resamples runs, then rounds, then samples, so drift
-    between runs and rounds is in it; with one run of one round a side it covers the noise
-    within a run only."""
+    (time --rounds), those are the units: the interval is Student's t over them, its spread
+    from a bootstrap of runs, then rounds, then samples, so drift between runs and rounds is
+    in it; with one run of one round a side it covers the noise within a run only."""
     from attnbench.cli.parse import parse_fraction
     from attnbench.views import compare
 

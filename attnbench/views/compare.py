@@ -3,10 +3,11 @@
 Each side is one or more result files (runs), each case's samples split into the rounds of
 its run when it ran in rounds (`time --rounds`). A change is significant when the 95 %
 interval of the ratio excludes 1.0. With two or more runs or rounds on each side the interval
-is a hierarchical bootstrap (runs drawn with replacement, then each drawn run's rounds, then
-each drawn round's kept samples), so drift between runs and rounds is in it; with one run of
-one round on a side it resamples the kept samples alone and covers the noise within a run
-only, which back-to-back runs on a shared machine exceed. Every interval is
+is Student's t over those units, its spread from a hierarchical bootstrap (runs drawn with
+replacement, then each drawn run's rounds, then each drawn round's kept samples), so drift
+between runs and rounds is in it; with one run of one round on a side it resamples the kept
+samples alone and covers the noise within a run only, which back-to-back runs on a shared
+machine exceed. Every interval is
 seeded per case, so the same files always give the same verdicts, whatever their row order.
 A case either run flagged unstable gets no verdict of its own ("unstable") and is named
 beside the gate's verdict. The regression gate fails a case whose interval lies above 1 (a
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from rich.table import Table
+from scipy import stats
 
 from attnbench.errors import UsageError
 from attnbench.measure.rounds import split
@@ -270,10 +272,16 @@ def runs_interval(
     level: float = LEVEL,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Hierarchical percentile-bootstrap interval of median(b) / median(a): each resample
-    draws a side's runs with replacement, then each drawn run's rounds, then each drawn
-    round's samples, and takes the median of what it drew; so drift between runs and
-    between rounds widens the interval as it should."""
+    """Interval of median(b) / median(a) over the sides' units (`units`: runs, or a lone
+    run's rounds), from a hierarchical bootstrap: each resample draws a side's runs with
+    replacement, then each drawn run's rounds, then each drawn round's samples, and takes
+    the median of what it drew, so drift between runs and rounds is in its spread.
+
+    A percentile interval from a handful of units is too narrow: resampling k units
+    understates the variance of their mean by (k - 1) / k, and its tails come from k values.
+    So the interval is the observed log ratio +- Student's t at min(k) - 1 degrees of
+    freedom times the spread of the resampled log ratios, each side's variance scaled by
+    k / (k - 1)."""
     rng = np.random.default_rng(seed)
     side_a = [[np.asarray(part, dtype=float) for part in run] for run in a]
     side_b = [[np.asarray(part, dtype=float) for part in run] for run in b]
@@ -281,14 +289,20 @@ def runs_interval(
     def draw(items: list) -> list:
         return [items[i] for i in rng.integers(len(items), size=len(items))]
 
-    def median_of(runs: list[list[np.ndarray]]) -> float:
-        drawn = [rng.choice(part, part.size) for run in draw(runs) for part in draw(run)]
-        return float(np.median(np.concatenate(drawn)))
+    def log_medians(runs: list[list[np.ndarray]]) -> np.ndarray:
+        def once() -> float:
+            drawn = [rng.choice(part, part.size) for run in draw(runs) for part in draw(run)]
+            return float(np.median(np.concatenate(drawn)))
 
-    ratios = np.array([median_of(side_b) / median_of(side_a) for _ in range(resamples)])
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(low), float(high)
+        return np.log([once() for _ in range(resamples)])
+
+    k_a, k_b = units(a), units(b)
+    variance = log_medians(side_a).var() * k_a / (k_a - 1)
+    variance += log_medians(side_b).var() * k_b / (k_b - 1)
+    pooled = [np.median(np.concatenate([p for run in side for p in run])) for side in (a, b)]
+    center = math.log(pooled[1] / pooled[0])
+    half = stats.t.ppf(0.5 + level / 2, min(k_a, k_b) - 1) * math.sqrt(variance)
+    return math.exp(center - half), math.exp(center + half)
 
 
 _SHORT = {"seq": "n", "batch": "B", "heads": "H", "dim": "d", "grid_h": "h", "grid_w": "w"}
@@ -372,11 +386,23 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no case in both files"
     by_runs = [c.by_runs for c in comparison.changes]
-    unit = "runs, then rounds, then samples" if by_runs and all(by_runs) else "samples"
+    if by_runs and all(by_runs):
+        how = (
+            f"t interval over runs or rounds, its spread from {RESAMPLES} hierarchical "
+            "bootstrap resamples of runs, then rounds, then samples"
+        )
+    else:
+        how = f"bootstrap interval ({RESAMPLES} resamples of samples)"
     lines.append(
-        f"{tally}: ratio of medians B/A with a {LEVEL:.0%} bootstrap interval "
-        f"({RESAMPLES} resamples of {unit}); significant when the interval excludes 1"
+        f"{tally}: ratio of medians B/A with a {LEVEL:.0%} {how}; significant when the "
+        "interval excludes 1"
     )
+    if any(c.by_runs and 1 in (len(c.a), len(c.b)) for c in comparison.changes):
+        lines.append(
+            "one run on a side: its rounds are the units, so the intervals hold the drift "
+            "between rounds but not an offset between the two runs' processes; give each "
+            "side two or more runs (files or a glob) to include it"
+        )
     if by_runs and not all(by_runs):
         lines.append(
             "one run of one round on a side: its intervals cover the noise within a run only, "
