@@ -174,6 +174,14 @@ def test_spread_in_rounds_is_the_noise_within_them():
     assert steady.spread == pytest.approx(0.05 / 10.05) and steady.stable  # each round's IQR
     pooled = timing.Timing([10, 10.1, 20, 20.2], 1.0, 0, 1, True, "t", 0.1)
     assert pooled.spread > 0.4 and not pooled.stable
+    # rounds of one sample say nothing of the noise within a round: all samples judge
+    single = timing.Timing([10, 20, 10, 20], 1.0, 0, 1, True, "t", 0.1, [1, 1, 1, 1])
+    assert single.spread == pytest.approx(_iqr([10, 20, 10, 20]) / 15) and not single.stable
+
+
+def _iqr(samples: list[float]) -> float:
+    q25, q75 = np.percentile(samples, [25, 75])
+    return float(q75 - q25)
 
 
 def test_compare_takes_rounds_as_units(tmp_path):

@@ -70,11 +70,13 @@ class Timing:
     @property
     def spread(self) -> float:
         """IQR / median: robust to a few outliers, unlike the standard deviation. In rounds,
-        the median of each round's own: a drift between rounds is what pairing the rounds
-        removes from speed-ups, so the verdict judges the noise within them."""
-        if len(self.round_sizes) > 1:
-            return float(np.median([_spread(r) for r in split(self.samples_ms, self.round_sizes)]))
-        return _spread(self.samples_ms)
+        the median of each round's own (rounds of one sample have none): a drift between
+        rounds is what pairing the rounds removes from speed-ups, so the verdict judges the
+        noise within them."""
+        rounds = [r for r in split(self.samples_ms, self.round_sizes) if len(r) > 1]
+        if len(self.round_sizes) > 1 and rounds:
+            return float(np.median([_spread(r) for r in rounds]))
+        return _spread(self.samples_ms)  # no rounds, or none with two samples to compare
 
     @property
     def stable(self) -> bool:
