@@ -219,3 +219,32 @@ def test_kernel_preconditions_are_checks_that_python_O_keeps():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ValueError: values (1, 3, 8) do not match codes")
+
+
+@pytest.mark.parametrize("cols", [1, 7, 64, 100])
+def test_normalise_rows_divides_each_row_by_its_norm_in_place(cols):
+    """One pass a row: the rows of F.normalize (a zero row stays zero, its norm eps) and
+    the norms, written into the array given."""
+    gen = torch.Generator().manual_seed(cols)
+    y = torch.randn(3, 5, cols, generator=gen) * torch.tensor([1e-3, 1.0, 1e3]).view(3, 1, 1)
+    y[1, 2] = 0.0
+    want_rows = F.normalize(y, dim=-1, eps=1e-12)
+    want_norms = torch.linalg.vector_norm(y, dim=-1).clamp_min(1e-12)
+    got = y.clone()
+    norms = np.empty(15, np.float32)
+    cpu.normalise_rows(got.numpy().reshape(15, cols), 1e-12, norms)
+    torch.testing.assert_close(got, want_rows, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(norms.reshape(3, 5), want_norms.numpy(), rtol=1e-6)
+    assert norms.reshape(3, 5)[1, 2] == np.float32(1e-12)
+
+
+def test_dispatch_normalise_rows_matches_the_reference_and_returns_norms():
+    from attnbench.kernels.lsh import dispatch
+
+    y = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(0))
+    ours, theirs = y.clone(), y.clone()
+    norms = dispatch.normalise_rows(ours, 1e-12)
+    want = reference.normalise_rows(theirs, 1e-12)
+    assert norms.shape == want.shape == (2, 9, 1)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(norms, want)

@@ -99,10 +99,9 @@ class NormalisedLSH(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, q_codes, k_codes, tau, ops, backward, stage=no_stage):
         """q, k [G, n, d] rows; v [G, n, d_v]; the rest as LSHCumulation.forward."""
-        y = ops.cumulation(q_codes, k_codes, v, tau)
+        out = ops.cumulation(q_codes, k_codes, v, tau)
         with stage("output_normalise"):
-            norm = row_norms(y)
-            out = y.div_(norm)
+            norm = ops.normalise_rows(out, EPS)  # in place: Y is not kept
         ctx.save_for_backward(q, k, v, q_codes, k_codes, out, norm)
         if isinstance(backward, str):
             backward = Gradient(backward)

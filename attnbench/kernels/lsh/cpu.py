@@ -42,6 +42,7 @@ __all__ = [
     "cumulation",
     "fast_codes",
     "gaussian_codes",
+    "normalise_rows",
     "pair_cumulation",
     "scaled_cumulation",
     "weighted_cumulation",
@@ -369,6 +370,24 @@ def scaled_cumulation(
         )
         out += part
     out /= np.float32(m)
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc"})
+def normalise_rows(y, eps, norms):
+    """y [R, D] /= its rows' l2 norms in place, norms [R] = max(|y_r|, eps) (as F.normalize):
+    one pass over each row while it sits in L1, where torch takes one for the norms and
+    another for the division. The sum of squares may be reassociated, so it is summed in
+    SIMD lanes rather than one dependent chain of adds."""
+    rows, cols = y.shape
+    for r in prange(rows):
+        row = y[r]
+        total = float32(0.0)
+        for k in range(cols):
+            total += row[k] * row[k]
+        norm = max(float32(np.sqrt(total)), float32(eps))
+        norms[r] = norm
+        for k in range(cols):
+            row[k] /= norm
 
 
 def _sparse(tau: int, n_w: int) -> bool:

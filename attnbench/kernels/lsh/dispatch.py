@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numba
 import torch
 
-from attnbench.kernels.lsh import cpu
+from attnbench.kernels.lsh import cpu, reference
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM, hash_chunk
 from attnbench.kernels.target import as_array, contiguous, kernel_target
 
@@ -80,6 +80,19 @@ class Kernels:
         return pair_cumulation(
             read_codes, write_codes, read_unit, write_unit, read_a, write_a, tau, weight, bound
         )
+
+    def normalise_rows(self, y: torch.Tensor, eps: float) -> torch.Tensor:
+        return normalise_rows(y, eps)
+
+
+def normalise_rows(y: torch.Tensor, eps: float) -> torch.Tensor:
+    """y (fp32, contiguous) divided by its rows' l2 norms in place; the norms [..., 1],
+    each at least eps. One numba pass on the CPU; torch's two on a GPU."""
+    if kernel_target(y) != "cpu" or y.dtype != torch.float32 or not y.is_contiguous():
+        return reference.normalise_rows(y, eps)
+    norms = torch.empty(*y.shape[:-1], 1, dtype=torch.float32)
+    cpu.normalise_rows(as_array(y).reshape(-1, y.shape[-1]), eps, as_array(norms).reshape(-1))
+    return norms
 
 
 def cumulation(read_codes, write_codes, values, tau: int, free_bytes: FreeBytes = None):

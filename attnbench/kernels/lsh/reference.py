@@ -105,6 +105,13 @@ def _pack_bits(bits: torch.Tensor, tau: int) -> torch.Tensor:
     return (bits * powers).sum(-1, dtype=torch.int32)
 
 
+def normalise_rows(y: torch.Tensor, eps: float) -> torch.Tensor:
+    """y divided by its rows' l2 norms in place; the norms [..., 1], each at least eps."""
+    norms = torch.linalg.vector_norm(y, dim=-1, keepdim=True).clamp_min_(eps)
+    y.div_(norms)
+    return norms
+
+
 # --- cumulation ----------------------------------------------------------------------
 
 
