@@ -26,7 +26,14 @@ from attnbench.kernels.lsh.core import (
     hash_chunk,
     star_ratio,
 )
-from attnbench.kernels.lsh.cpu_hash import fast_codes, gaussian_codes
+from attnbench.kernels.lsh.cpu_hash import (  # the 8-lane vectors of the hash kernels
+    _load,
+    _splat,
+    _store,
+    _zeros,
+    fast_codes,
+    gaussian_codes,
+)
 
 # Widest block of value columns one cumulation work unit owns.
 MAX_WIDTH = 64
@@ -68,23 +75,53 @@ def _bucket(h, code, buckets, size):
     return (uint64(h) * uint64(buckets) + uint64(code)) * uint64(size)
 
 
+# Columns of the register block a scatter or gather moves per hash: four 8-lane vectors,
+# held in registers across the chunk's hashes (with more, they spill).
+BLOCK = 32
+
+
 @njit(inline="always")
-def _into(dst, at, row, cols, s, scaled, fresh):
-    """dst[at : at + cols] = (fresh) or += (not fresh) s * row; the product only when scaled
-    (unscaled cumulations add the rows themselves)."""
-    if scaled:
-        if fresh:
-            for k in range(cols):
-                dst[at + k] = s * row[k]
-        else:
-            for k in range(cols):
-                dst[at + k] += s * row[k]
-    elif fresh:
-        for k in range(cols):
-            dst[at + k] = row[k]
-    else:
-        for k in range(cols):
-            dst[at + k] += row[k]
+def _scatter_block(tables, offs, fresh, svals, hashes, row, k, scaled):
+    """tables[offs[h] + k : + BLOCK] = (fresh[h]) or += svals[h] * row[k : k + BLOCK] for each
+    hash h; the row's block stays in registers, and unscaled rows are added as they are."""
+    kk = uint64(k)
+    r0, r1 = _load(row, kk), _load(row, kk + uint64(8))
+    r2, r3 = _load(row, kk + uint64(16)), _load(row, kk + uint64(24))
+    for h in range(hashes):
+        at = offs[h] + kk
+        x0, x1, x2, x3 = r0, r1, r2, r3
+        if scaled:
+            s = _splat(svals[h])
+            x0, x1, x2, x3 = s * r0, s * r1, s * r2, s * r3
+        if not fresh[h]:
+            x0 = x0 + _load(tables, at)
+            x1 = x1 + _load(tables, at + uint64(8))
+            x2 = x2 + _load(tables, at + uint64(16))
+            x3 = x3 + _load(tables, at + uint64(24))
+        _store(tables, at, x0)
+        _store(tables, at + uint64(8), x1)
+        _store(tables, at + uint64(16), x2)
+        _store(tables, at + uint64(24), x3)
+
+
+@njit(inline="always")
+def _gather_block(tables, offs, svals, hashes, row, k, scaled):
+    """row[k : k + BLOCK] += sum over hashes h of svals[h] * tables[offs[h] + k : + BLOCK],
+    summed in registers and added to the row once."""
+    kk = uint64(k)
+    a0, a1, a2, a3 = _zeros(), _zeros(), _zeros(), _zeros()
+    for h in range(hashes):
+        at = offs[h] + kk
+        t0, t1 = _load(tables, at), _load(tables, at + uint64(8))
+        t2, t3 = _load(tables, at + uint64(16)), _load(tables, at + uint64(24))
+        if scaled:
+            s = _splat(svals[h])
+            t0, t1, t2, t3 = s * t0, s * t1, s * t2, s * t3
+        a0, a1, a2, a3 = a0 + t0, a1 + t1, a2 + t2, a3 + t3
+    _store(row, kk, _load(row, kk) + a0)
+    _store(row, kk + uint64(8), _load(row, kk + uint64(8)) + a1)
+    _store(row, kk + uint64(16), _load(row, kk + uint64(16)) + a2)
+    _store(row, kk + uint64(24), _load(row, kk + uint64(24)) + a3)
 
 
 @njit(parallel=True, cache=True)
@@ -113,6 +150,9 @@ def _cumulation(
     for worker in prange(workers):
         tables = np.empty(chunk * buckets * width, np.float32)
         stamps = np.zeros(chunk * buckets, np.int32)
+        offs = np.empty(chunk, np.uint64)  # a row's bucket offset in each hash's table
+        fresh = np.empty(chunk, np.bool_)  # ... whether it is the bucket's first write
+        svals = np.empty(chunk, np.float32)  # ... and its scale
         for h in range(chunk):
             start = _bucket(h, top + 1, buckets, width)
             tables[start : start + width] = 0.0
@@ -120,31 +160,46 @@ def _cumulation(
         for unit in range(worker, units, workers):
             g = unit // blocks
             c0 = (unit % blocks) * width
-            cols = uint64(min(width, dv - c0))
+            cols = min(width, dv - c0)
+            full = cols - cols % BLOCK
             for r in range(n_r):
                 out[g, r, c0 : c0 + cols] = 0.0
             for f0 in range(0, m, chunk):
                 hashes = min(chunk, m - f0)
                 epoch += 1
                 for w in range(n_w):
-                    row = values[g, w, c0 : c0 + cols]
                     codes = write_codes[g, w, f0 : f0 + hashes]
                     for h in range(hashes):
                         b = _bucket(h, codes[h] & top, buckets, 1)
-                        s = write_scale[g, w, f0 + h] if scaled else one
-                        fresh = stamps[b] != epoch
+                        fresh[h] = stamps[b] != epoch
                         stamps[b] = epoch
-                        _into(tables, b * uint64(width), row, cols, s, scaled, fresh)
+                        offs[h] = b * uint64(width)
+                        svals[h] = write_scale[g, w, f0 + h] if scaled else one
+                    row = values[g, w, c0 : c0 + cols]
+                    for k in range(0, full, BLOCK):
+                        _scatter_block(tables, offs, fresh, svals, hashes, row, k, scaled)
+                    for h in range(hashes):  # the columns after the last whole block
+                        at, s = offs[h], svals[h]
+                        for k in range(full, cols):
+                            x = s * row[k] if scaled else row[k]
+                            i = at + uint64(k)
+                            tables[i] = x if fresh[h] else tables[i] + x
                 for r in range(n_r):
-                    row = out[g, r, c0 : c0 + cols]
                     codes = read_codes[g, r, f0 : f0 + hashes]
                     for h in range(hashes):
                         code = codes[h] & top
                         if stamps[_bucket(h, code, buckets, 1)] != epoch:
                             code = top + 1
-                        s = read_scale[g, r, f0 + h] if scaled else one
-                        at = _bucket(h, code, buckets, width)
-                        _into(row, uint64(0), tables[at : at + cols], cols, s, scaled, False)
+                        offs[h] = _bucket(h, code, buckets, width)
+                        svals[h] = read_scale[g, r, f0 + h] if scaled else one
+                    row = out[g, r, c0 : c0 + cols]
+                    for k in range(0, full, BLOCK):
+                        _gather_block(tables, offs, svals, hashes, row, k, scaled)
+                    for h in range(hashes):
+                        at, s = offs[h], svals[h]
+                        for k in range(full, cols):
+                            i = at + uint64(k)
+                            row[k] += s * tables[i] if scaled else tables[i]
             for r in range(n_r):
                 row = out[g, r, c0 : c0 + cols]
                 for k in range(cols):
