@@ -98,8 +98,8 @@ def test_the_order_within_a_round_is_random_and_seeded(monkeypatch):
 
 
 def _fake_timer(self, made: list[Timer]):
-    """A Timer that times nothing: each sample is 1 ms; named by the order timers are made
-    in, which is the order of the cases (0: sdpa, the baseline, first)."""
+    """A Timer that times nothing (every sample the same); named by the order timers are
+    made in, which is the order of the cases (0: sdpa, the baseline, first)."""
     self.name = len(made)
     made.append(self)
     self.samples, self.round_sizes, self.max_spread = [], [], 0.1
@@ -169,7 +169,7 @@ def test_split_and_paired_speedup_arithmetic():
 
 
 def test_spread_in_rounds_is_the_noise_within_them():
-    """Rounds at 10 ms and at 20 ms, each steady: pooled, the spread would be 0.5 or more."""
+    """Two steady rounds, the second twice as slow: pooled, their spread would be large."""
     steady = timing.Timing([10, 10.1, 20, 20.2], 1.0, 0, 1, True, "t", 0.1, [2, 2])
     assert steady.spread == pytest.approx(0.05 / 10.05) and steady.stable  # each round's IQR
     pooled = timing.Timing([10, 10.1, 20, 20.2], 1.0, 0, 1, True, "t", 0.1)

@@ -68,8 +68,8 @@ class Row:
     spread: float | None = None  # IQR / median of the kept samples
     speedup: float | None = None  # the baseline's median / this row's median
     baseline: str = ""
-    # run in rounds (time --rounds): the samples each round kept, in order, and the 95 %
-    # interval of the speed-up from the paired per-round ratios (`measure.rounds`)
+    # run in rounds (time --rounds): the samples each round kept, in order, and the
+    # confidence interval of the speed-up from the paired per-round ratios (`measure.rounds`)
     round_sizes: list[int] = field(default_factory=list)
     speedup_low: float | None = None
     speedup_high: float | None = None

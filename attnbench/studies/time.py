@@ -34,7 +34,7 @@ from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, Tim
 from attnbench.results.schema import Row
 from attnbench.run.case import MODES, Case
 from attnbench.run.executors import CaseInputs, classify, release_memory
-from attnbench.run.study import Measure, Study, case_row, status_row
+from attnbench.run.study import Measure, Study, case_row
 
 __all__ = ["MODES", "TimeSpec", "measure"]
 MIB = 1024 * 1024
@@ -200,8 +200,10 @@ def _timer(case: Case, call: Callable[[], object]) -> Timer:
 
 
 def _failed(case: Case, exc: Exception) -> list[Row]:
+    """The status row of a case that failed in the rounds (as `executors.run_case` gives)."""
     release_memory(case.device)
-    return [status_row(case, Measure(measure, "time_ms", "ms"), *classify(exc))]
+    status, reason = classify(exc)
+    return [case_row(case, "time_ms", unit="ms", status=status, reason=reason)]
 
 
 def _rows(
