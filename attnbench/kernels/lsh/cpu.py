@@ -26,14 +26,8 @@ from attnbench.kernels.lsh.core import (
     hash_chunk,
     star_ratio,
 )
-from attnbench.kernels.lsh.cpu_hash import (  # the 8-lane vectors of the hash kernels
-    _load,
-    _splat,
-    _store,
-    _zeros,
-    fast_codes,
-    gaussian_codes,
-)
+from attnbench.kernels.lsh.cpu_hash import fast_codes, gaussian_codes
+from attnbench.kernels.simd import _load, _splat, _store, _zeros
 
 # Widest block of value columns one cumulation work unit owns.
 MAX_WIDTH = 64
