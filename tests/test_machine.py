@@ -75,6 +75,11 @@ def test_measures_every_dtype_and_level_and_caches_them(tiny):
     assert found.level_for(1) is found.levels[0]
     assert found.computed["cores_used"] == 1
     assert found.computed["fma_units_assumed"] is True
+    adds = found.add_gflops["float32"]
+    assert adds > 0 and math.isfinite(adds) and found.add_peak("float32") == adds
+    assert found.add_peak("bfloat16") is None  # no add kernel: the GEMM peak applies
+    if found.computed.get("gflops_fp32"):  # adds left out as dead code would read far above
+        assert adds < 2 * found.computed["gflops_fp32"]
     path = cache_path(found.fingerprint)
     assert path.parent == tiny and path.is_file()
     assert json.loads(path.read_text(), parse_constant=_refuse)["levels"][-1]["capacity"] is None

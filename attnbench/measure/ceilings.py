@@ -3,7 +3,8 @@
 Absolute rates mean little across hosts of the same kind (memory bandwidth varies several
 times between them), so a run's throughput is set against limits measured on its own host:
 the peak GEMM rate per dtype at the run's thread count, and copy and triad bandwidth at
-working sets that sit in each memory level. They are measured once per machine fingerprint
+working sets that sit in each memory level, and the rate of plain vector adds (the ceiling of
+work with no multiply to fuse into an FMA). They are measured once per machine fingerprint
 (`measure.limits.measure`) and kept as JSON in the user cache directory.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 CACHE_ENV = "ATTNBENCH_CACHE_DIR"  # overrides the platform's user cache directory
-CEILINGS_VERSION = 1
+CEILINGS_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class Level:
 @dataclass(frozen=True)
 class Ceilings:
     """What this machine can do, measured: `gemm_gflops` per dtype name (reached with square
-    matrices of `gemm_size` rows), `levels` from the smallest; `computed` holds the
+    matrices of `gemm_size` rows), `add_gflops` the rate of SIMD adds per dtype where
+    measured (the CPU's float32), `levels` from the smallest; `computed` holds the
     theoretical peak worked out from the core count, SIMD width and clock, `clocks` the
     GPU's NVML clocks and `datasheet` its vendor peaks (labelled as such: not measured
     here)."""
@@ -57,10 +59,17 @@ class Ceilings:
     clocks: dict = field(default_factory=dict)
     datasheet: dict = field(default_factory=dict)
     gemm_size: dict[str, int] = field(default_factory=dict)
+    add_gflops: dict[str, float] = field(default_factory=dict)
 
     def peak(self, dtype: str) -> float | None:
         """Measured GEMM GFLOP/s for `dtype` ("float32"), float32's when not measured."""
         return self.gemm_gflops.get(dtype, self.gemm_gflops.get("float32"))
+
+    def add_peak(self, dtype: str) -> float | None:
+        """Measured SIMD adds per second (G) for `dtype`; None where not measured (a GPU,
+        or a dtype without an add kernel), and then work without multiplies is set against
+        the GEMM peak like the rest."""
+        return self.add_gflops.get(dtype)
 
     def level_for(self, nbytes: float) -> Level:
         """The smallest level that holds `nbytes`; the last one when none does."""

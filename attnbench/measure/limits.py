@@ -4,8 +4,10 @@ GEMM peak: torch.mm of square matrices per dtype, growing the size while the nex
 fits the dtype's time budget (a CPU without bf16/fp16 units runs those dtypes a hundred
 times slower), keeping the best rate. Bandwidth: copy (a = b) and triad (a = b + s c) at a
 working set of half of each memory level, bytes counted as read + written (no
-write-allocate) over GB = 1e9. Every rate is taken from the fastest sample: a ceiling is
-what the machine can do, and interference only ever slows a sample down.
+write-allocate) over GB = 1e9. Add peak (CPU): float32 8-lane vector adds in registers on
+every thread (`kernels.adds`), the ceiling of work with no multiply to fuse. Every rate is
+taken from the fastest sample: a ceiling is what the machine can do, and interference only
+ever slows a sample down.
 
 A level's `capacity` is what it holds for the run: a cache shared by `s` of the machine's
 `p` CPUs has p / s instances, and the threads are taken to spread over them as the OS
@@ -42,6 +44,7 @@ DRAM_OVER_CACHE = 8  # the DRAM working set is at least this many times the last
 DRAM_MEMORY_SHARE = 4  # and at most this fraction of the memory free
 CPU_CALL_BYTES = 5e8  # bytes a bandwidth call moves: enough passes to dwarf its set-up
 ELEMENT_BYTES = 8  # the CPU kernels stream float64
+ADD_CALL = 2e9  # adds an add-peak call makes in all: enough to dwarf starting its threads
 
 CUDA_HBM_MIN_BYTES = GIB
 CUDA_PASSES = {"L2": 16, "HBM": 2}  # kernels per timed call: launches overlap, gaps vanish
@@ -172,12 +175,23 @@ def _measure_cpu(threads: int, step: Step):
     for name in GEMM_DTYPES:
         gemm[name], sizes[name] = _gemm_peak(name, "cpu", CPU_GEMM_SIZES, step)
     parts = numba.get_num_threads()
+    adds = {"float32": _add_peak(parts, step)}
     most = available_bytes("cpu") / DRAM_MEMORY_SHARE
     levels = [
         _cpu_level(name, capacity, working_set, parts, step)
         for name, capacity, working_set in cpu_levels(parts, cpu_caches(), os.cpu_count(), most)
     ]
-    return gemm, sizes, levels, {"computed": this_cpu_peak(threads)}
+    return gemm, sizes, levels, {"computed": this_cpu_peak(threads), "add_gflops": adds}
+
+
+def _add_peak(parts: int, step: Step) -> float:
+    """G float32 adds per second of `parts` threads adding in registers."""
+    from attnbench.kernels import adds
+
+    step("vector adds float32")
+    reps = max(1, int(ADD_CALL * SCALE / (parts * adds.ADDS_PER_REP)))
+    fn = partial(adds.vector_adds, parts, reps)
+    return _rate(fn, "cpu", parts * reps * adds.ADDS_PER_REP / 1e9, flush_l2=False)[0]
 
 
 def cpu_levels(threads: int, caches, cpus: int | None, most: float = math.inf):

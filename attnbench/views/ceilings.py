@@ -1,5 +1,6 @@
 """The table `attnbench machine` prints: this machine's measured ceilings (GEMM rates per
-dtype, bandwidth per memory level), and on a GPU what its specification sheet computes."""
+dtype, the vector add rate, bandwidth per memory level), and on a GPU what its
+specification sheet computes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from rich.table import Table
 
 
 def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
-    """A machine's ceilings (`measure.ceilings.Ceilings`): GEMM peak per dtype, copy and
-    triad bandwidth per memory level, the computed peak with its inputs and the measured
-    fp32 GEMM peak's share of it, GPU clocks and datasheet peaks when present, and where
+    """A machine's ceilings (`measure.ceilings.Ceilings`): GEMM peak and add rate per dtype,
+    copy and triad bandwidth per memory level, the computed peak with its inputs and the
+    measured fp32 GEMM peak's share of it, GPU clocks and datasheet peaks when present, and where
     the record is cached (`cache_file`, None: not written)."""
     title = f"attnbench machine: {ceilings.device_name} ({ceilings.device}, "
     threads = f"{ceilings.threads} thread" + ("" if ceilings.threads == 1 else "s")
@@ -22,6 +23,9 @@ def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
     for dtype, gflops in ceilings.gemm_gflops.items():
         size = ceilings.gemm_size.get(dtype)
         table.add_row(f"GEMM {dtype}", _flops(gflops), f"torch.mm, n = {size}" if size else "")
+    for dtype, gflops in ceilings.add_gflops.items():
+        basis = "8-lane adds in registers: the peak of work with no multiply to fuse"
+        table.add_row(f"vector adds {dtype}", _flops(gflops), basis)
     table.add_section()
     for level in ceilings.levels:
         held = "beyond the caches" if math.isinf(level.capacity) else f"of {_size(level.capacity)}"

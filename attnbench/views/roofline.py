@@ -2,8 +2,9 @@
 
 x is arithmetic intensity (FLOP per byte moved), y the achieved GFLOP/s, both by the
 algorithmic count of each stage's cost model. The ceilings are the run's own measurements
-(its environment record): the GEMM peak of the run's dtype, and per memory level the line
-intensity x bandwidth up to that peak. A point below the line that bounds it shows the
+(its environment record): the GEMM peak of the run's dtype, the rate of vector adds (the
+ceiling of stages whose flops cannot fuse into FMAs) where measured, and per memory level
+the line intensity x bandwidth up to that peak. A point below the line that bounds it shows the
 headroom left; each backend's whole call is drawn as a star at its length.
 """
 
@@ -43,6 +44,12 @@ def roofline_figure(rows: pd.DataFrame, env: dict | None):
     ax.annotate(f"GEMM peak {dtype}, measured: {peak:.0f} GFLOP/s", (hi, peak),
                 xytext=(-4, -3), textcoords="offset points", ha="right", va="top",
                 fontsize=8)  # fmt: skip
+    adds = ceilings.add_peak(dtype)
+    if adds:
+        ax.axhline(adds, color="black", lw=1, ls=(0, (6, 2)))
+        ax.annotate(f"vector adds {dtype}, measured: {adds:.0f} GFLOP/s (no multiply to fuse)",
+                    (hi, adds), xytext=(-4, -3), textcoords="offset points", ha="right",
+                    va="top", fontsize=8)  # fmt: skip
     computed = ceilings.computed.get("gflops_fp32")
     if computed and dtype == "float32":
         ax.axhline(computed, color="grey", lw=1, ls=":")
