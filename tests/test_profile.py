@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench.backends import backend_classes, get_backend
-from attnbench.backends.cost import DENSE_FACTOR, Shape, dense_equivalent
+from attnbench.backends.cost import DENSE_FACTOR, Cost, Shape, dense_equivalent
 from attnbench.cli import core
 from attnbench.measure import stageclock
 from attnbench.measure.ceilings import Ceilings, Level
@@ -27,13 +27,16 @@ from attnbench.studies.profile import OTHER, ProfileSpec
 SMALL = ["--heads", "1", "--dim", "16", "--repeats", "2", "--warmup", "1", "--min-time", "0"]
 
 
-def ceilings(peak=100.0) -> Ceilings:
+def ceilings(peak=100.0, adds=None) -> Ceilings:
     levels = [
         Level("L1", 64e3, 32e3, 200.0, 250.0),
         Level("L2", 2e6, 1e6, 100.0, 90.0),
         Level("DRAM", math.inf, 1e9, 20.0, 25.0),
     ]
-    return Ceilings("cpu", "test cpu", 2, "f", "now", {"float32": peak}, levels)
+    add_gflops = {} if adds is None else {"float32": adds}
+    return Ceilings(
+        "cpu", "test cpu", 2, "f", "now", {"float32": peak}, levels, add_gflops=add_gflops
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -65,11 +68,49 @@ def test_a_whole_call_is_set_against_its_stages_each_at_its_own_bound():
     """A call of a compute-bound stage and an L2-resident one is set against the time each
     would take at its own bound (flops over the peak, flops over intensity x L2 bandwidth),
     although its summed bytes would sit under DRAM's roof."""
-    stages = [(1e9, 1e6, 1e4), (1e6, 1e8, 1e6)]
+    stages = [(1e9, 1e6, 1e4, 0.0), (1e6, 1e8, 1e6, 0.0)]
     fields = call_throughput(22.0, stages, None, ceilings(peak=100.0), "float32")
     assert fields["bound_pct"] == pytest.approx(50.0)
     assert fields["bound"] == "compute"
     assert fields["gflops_alg"] == pytest.approx((1e9 + 1e6) / 0.022 / 1e9)
+
+
+def test_flops_without_multiplies_are_set_against_the_add_peak():
+    """Adds cannot fuse into FMAs, so a stage of adds alone is bound by the measured add
+    rate, not the GEMM peak that counts each FMA twice; a mix runs each kind at its own
+    ceiling (1e9 fused flops at 100 GFLOP/s take 10 ms, 5e8 adds at 50 G/s take 10 ms more:
+    1.5e9 flops in 20 ms); without a measured add peak nothing changes."""
+    c = ceilings(peak=100.0, adds=50.0)
+    assert bound_of(1e9, 1e3, 1e4, c, "float32", other_flops=1e9) == ("adds", 50.0)
+    name, rate = bound_of(1.5e9, 1e3, 1e4, c, "float32", other_flops=5e8)
+    assert name == "compute" and rate == pytest.approx(75.0)
+    assert bound_of(1e9, 1e3, 1e4, c, "float32", other_flops=0.0) == ("compute", 100.0)
+    assert bound_of(1e9, 1e3, 1e4, ceilings(peak=100.0), "float32", 1e9) == ("compute", 100.0)
+    assert bound_of(1e9, 1e3, 1e4, c, "float64", other_flops=1e9) == ("compute", 100.0)
+    # memory-bound work keeps its memory roof: 1 FLOP/B from DRAM
+    assert bound_of(1e6, 1e6, 1e8, c, "float32", other_flops=1e6) == ("DRAM", 25.0)
+    fields = throughput(40.0, 1e9, 1e3, 1e4, None, c, "float32", other_flops=1e9)
+    assert fields["bound"] == "adds" and fields["bound_pct"] == pytest.approx(50.0)
+    whole = call_throughput(40.0, [(1e9, 1e3, 1e4, 1e9)], None, c, "float32")
+    assert whole["bound"] == "adds" and whole["bound_pct"] == pytest.approx(50.0)
+
+
+def test_a_stage_of_several_pieces_sets_each_against_its_own_bound():
+    """A stage summed from a streaming product (from DRAM) and a cumulation whose tables sit
+    in L2 is set against 0.4 ms + 1 ms at the two bounds; one bound for the sum, at the
+    larger footprint's level, would put 1.1e8 bytes under DRAM's roof and claim more than
+    the machine can do."""
+    stage = Cost(matmul_flops=1e6, bytes=1e7) + Cost(other_flops=1e6, bytes=1e8, working_set=1e5)
+    assert len(stage.pieces()) == 2 and stage.footprint == 1e7
+    assert (stage * 2).pieces()[1].bytes == 2e8
+    fields = call_throughput(2.0, stage.roofline_parts(), None, ceilings(), "float32")
+    assert fields["bound_pct"] == pytest.approx(70.0) and fields["bound"] == "L2"
+    one = throughput(2.0, stage.flops, stage.bytes, stage.footprint, None, ceilings(), "float32")
+    assert one["bound_pct"] > 100
+    dq = get_backend("yoso-32").cost(Shape(1, 4, 16384, 64, mode="fwdbwd"))["backward_dq"]
+    signs, scaled = dq.pieces()  # backward=proj: sign projections, then a scaled cumulation
+    assert signs.matmul_flops > 0 and scaled.matmul_flops == 0
+    assert signs.footprint > scaled.footprint
 
 
 def test_a_stage_marks_a_range_only_while_a_profiler_records():

@@ -11,7 +11,7 @@ method, not of hardware events: a rate derived from them is an estimate of headr
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,12 +30,15 @@ class Cost:
     comparisons), one per operation; `bytes`: compulsory traffic, each input read once and
     each output written once; `working_set`: bytes that must stay close to the cores while
     the stage runs (its hash tables, its score matrix), which picks the cache level whose
-    bandwidth bounds it (None: `bytes`)."""
+    bandwidth bounds it (None: `bytes`). A stage summed from the costs of several pieces of
+    work (a streaming product, then a cumulation in cache) keeps them as `parts`, so each
+    is set against its own roofline bound rather than all against the largest one's."""
 
     matmul_flops: float = 0.0
     other_flops: float = 0.0
     bytes: float = 0.0
     working_set: float | None = None
+    parts: tuple[Cost, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def flops(self) -> float:
@@ -44,6 +47,15 @@ class Cost:
     @property
     def footprint(self) -> float:
         return self.bytes if self.working_set is None else self.working_set
+
+    def pieces(self) -> tuple[Cost, ...]:
+        """The pieces of work bounded one by one: the parts summed, or this cost alone."""
+        return self.parts or (self,)
+
+    def roofline_parts(self) -> list[tuple[float, float, float, float]]:
+        """(flops, bytes, working set, flops that cannot fuse into FMAs) of each piece, as
+        `measure.roofline.call_throughput` takes them."""
+        return [(c.flops, c.bytes, c.footprint, c.other_flops) for c in self.pieces()]
 
     def __add__(self, other: Cost) -> Cost:
         working = None
@@ -54,6 +66,7 @@ class Cost:
             self.other_flops + other.other_flops,
             self.bytes + other.bytes,
             working,
+            self.pieces() + other.pieces(),
         )
 
     def __mul__(self, factor: float) -> Cost:
@@ -63,6 +76,7 @@ class Cost:
             self.other_flops * factor,
             self.bytes * factor,
             self.working_set,
+            tuple(part * factor for part in self.parts),
         )
 
     __rmul__ = __mul__

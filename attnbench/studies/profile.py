@@ -7,8 +7,9 @@ the device time of each stage's kernels under torch.profiler), and each stage th
 marks gets a row: the median of its self time over those calls, its share of their
 median time (the same calls, so shares do not mix two moments of a drifting machine),
 and its throughput by the stage's cost model (`Backend.cost`) under the machine's
-roofline. The stage "other" is each of those calls less its stages: time no stage
-accounts for. `trace_dir` gets one more call under torch.profiler, exported for Perfetto.
+roofline (a stage summed from several pieces of work, each piece under its own bound).
+The stage "other" is each of those calls less its stages: time no stage accounts for.
+`trace_dir` gets one more call under torch.profiler, exported for Perfetto.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from attnbench.errors import UsageError
 from attnbench.measure import is_cuda
 from attnbench.measure.ceilings import Ceilings
 from attnbench.measure.profiling import device_stage_ms, export_trace, profiled, under_nvtx
-from attnbench.measure.roofline import throughput
+from attnbench.measure.roofline import call_throughput
 from attnbench.measure.stageclock import clocked
 from attnbench.results.schema import Row
 from attnbench.run.case import Case
@@ -122,9 +123,7 @@ def measure(
         ms = float(np.median(samples))
         if not stage_filter or any(fnmatch.fnmatchcase(stage, p) for p in stage_filter):
             cost = costs.get(stage, Cost())
-            rate = throughput(
-                ms, cost.flops, cost.bytes, cost.footprint, None, ceilings, case.dtype
-            )
+            rate = call_throughput(ms, cost.roofline_parts(), None, ceilings, case.dtype)
             share = ms / call_ms if call_ms > 0 else None
             rows.append(_stage_row(case, stage, samples, share, rate))
     return rows

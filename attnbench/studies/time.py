@@ -263,7 +263,7 @@ def case_throughput(case: Case, ms: float, ceilings: Ceilings | None) -> dict:
     (the sum of its stages) and by the dense-equivalent count, and how close the call
     comes to its stages' roofline bounds (`call_throughput`)."""
     shape = Shape.of(case)
-    stages = [(c.flops, c.bytes, c.footprint) for c in case.backend.cost(shape).values()]
+    stages = [part for c in case.backend.cost(shape).values() for part in c.roofline_parts()]
     return call_throughput(ms, stages, dense_equivalent(shape), ceilings, case.dtype)
 
 
