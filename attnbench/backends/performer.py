@@ -13,9 +13,10 @@ W is drawn as blocks of d orthogonal Gaussian rows (QR of a Gaussian matrix), ea
 rescaled by a norm drawn from the chi distribution with d degrees of freedom (the norm of
 a d-dimensional Gaussian vector), so every row is marginally N(0, I) as the paper's
 unbiasedness needs. One W serves every batch entry and head of a call (the reference
-implementation draws one matrix per attention layer). It is drawn on the CPU from the
-seed: `resample=call` draws a new W on every forward call (call 0 from the seed, call c
-from a seed derived from (seed, c), as YOSO does), `resample=fixed` keeps call 0's.
+implementation draws one matrix per attention layer). It is drawn on the inputs' device
+from the seed (reproducible on one device, not across devices): `resample=call` draws a
+new W on every forward call (call 0 from the seed, call c from a seed derived from
+(seed, c), as YOSO does), `resample=fixed` keeps call 0's.
 
 Numerical stabilisation, as the reference implementation does: inside the exp, the
 queries' features subtract their row's maximum exponent, the keys' features one maximum
@@ -40,21 +41,25 @@ from attnbench.backends.registry import MAX_SEED_PARAM, Backend, int_param, regi
 from attnbench.backends.resampling import Resampling, resample_param
 
 
-def orthogonal_gaussian(features: int, d: int, seed: int, scale: bool = True) -> torch.Tensor:
+def orthogonal_gaussian(
+    features: int, d: int, seed: int, scale: bool = True, device="cpu"
+) -> torch.Tensor:
     """[features, d] float64 rows: blocks of d mutually orthogonal rows (the last block
     truncated), each block the Q of a Gaussian matrix's QR; with `scale`, every row's
     length is then drawn from the chi(d) distribution (norm of a fresh Gaussian d-vector),
-    else rows have unit length. Drawn on the CPU from `seed`."""
-    gen = torch.Generator().manual_seed(seed)
+    else rows have unit length. Drawn on `device` from `seed` (no host copy on a GPU;
+    reproducible on one device, not across devices)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     blocks = []
     for _ in range(-(-features // d)):
-        gaussian = torch.randn(d, d, generator=gen, dtype=torch.float64)
+        gaussian = torch.randn(d, d, generator=gen, dtype=torch.float64, device=device)
         q, r = torch.linalg.qr(gaussian)
         q = q * torch.sign(torch.diagonal(r))  # signs fixed so the block is Haar-distributed
         blocks.append(q.T)  # rows orthonormal
-    w = torch.cat(blocks)[:features]
+    w = torch.cat(blocks).narrow(0, 0, features)  # the last block truncated
     if scale:
-        norms = torch.randn(features, d, generator=gen, dtype=torch.float64).norm(dim=-1)
+        gaussian = torch.randn(features, d, generator=gen, dtype=torch.float64, device=device)
+        norms = gaussian.norm(dim=-1)
         w = w * norms[:, None]
     return w
 
@@ -116,7 +121,7 @@ class Performer(Resampling, Backend):
         return self._drawn(
             (d, str(device), dtype),
             call,
-            lambda seed: orthogonal_gaussian(features, d, seed).to(device=device, dtype=dtype),
+            lambda seed: orthogonal_gaussian(features, d, seed, device=device).to(dtype),
         )
 
     def _features(self, q, k, mask, call):

@@ -20,9 +20,10 @@ tokens and masked tokens are sorted after every real token (an extra last bucket
 never keys; masked rows output zero. With n <= 2 * bucket every query's window is every
 token, so the backend is softmax over the shared-QK scores with the self-exclusion rule.
 
-Rotations are drawn on the CPU from the seed, one per head and round, shared across the
-batch; `resample=call` draws new ones on every forward (call 0 from the seed, call c from
-a seed derived from (seed, c), as YOSO does), `resample=fixed` keeps call 0's.
+Rotations are drawn on the inputs' device from the seed (reproducible on one device, not
+across devices), one per head and round, shared across the batch; `resample=call` draws
+new ones on every forward (call 0 from the seed, call c from a seed derived from (seed, c),
+as YOSO does), `resample=fixed` keeps call 0's.
 
 Cost per round: the sort, O(n log n); the chunked scores, O(n bucket d); and the hash,
 O(n d n_buckets) = O(n^2 d / bucket) with Reformer's n_buckets rule: a small constant
@@ -115,7 +116,8 @@ class Reformer(Resampling, Backend):
         shape = (heads, self.values["hashes"], d, n_buckets // 2)
 
         def draw(seed: int) -> torch.Tensor:
-            return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device)
+            gen = torch.Generator(device=device).manual_seed(seed)
+            return torch.randn(shape, generator=gen, device=device)  # no host copy on a GPU
 
         return self._drawn((heads, d, n_buckets, str(device)), call, draw)
 

@@ -122,13 +122,14 @@ class YOSO(Resampling, Backend):
         return reasons
 
     def draws(self, groups: int, d: int, tau: int, device, call: int = 0) -> torch.Tensor:
-        """The random projections or diagonals of draw `call`, drawn on the CPU from the
-        seed (so every device sees the same draws), kept for the latest call per shape."""
+        """The random projections or diagonals of draw `call`, drawn on `device` from the
+        seed (a GPU call copies nothing from the host; the same seed and call give the same
+        draws on one device), kept for the latest call per shape."""
         m, fast = self.values["m"], hash_kind(self.values["hash"], d) == "fast"
         draw = reference.fast_diagonals if fast else reference.gaussian_projections
 
         def drawn(seed: int) -> torch.Tensor:
-            return draw(groups, d, m, tau, seed).to(device)
+            return draw(groups, d, m, tau, seed, device=device)
 
         return self._drawn((groups, d, tau, str(device)), call, drawn)
 

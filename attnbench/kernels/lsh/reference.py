@@ -21,13 +21,16 @@ SIGN_STREAM = 1  # the backward's sign vectors' stream, apart from the hash draw
 # --- hashing -------------------------------------------------------------------------
 
 
-def gaussian_projections(groups: int, d: int, m: int, tau: int, seed: int) -> torch.Tensor:
+def gaussian_projections(
+    groups: int, d: int, m: int, tau: int, seed: int, device="cpu"
+) -> torch.Tensor:
     """R ~ N(0, 1) of shape [G, d, m*tau], one per batch*head, shared by Q and K.
 
-    Drawn on the CPU from a seeded generator, so every device sees the same draws.
+    Drawn on `device` from a generator seeded there, so a GPU call copies nothing from the
+    host: the same seed gives the same draws on one device, not across devices.
     """
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(groups, d, m * tau, generator=gen)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(groups, d, m * tau, generator=gen, device=device)
 
 
 def backward_signs(groups: int, d_v: int, m: int, seed: int, device) -> torch.Tensor:
@@ -55,11 +58,12 @@ def fast_transforms(m: int, tau: int, d: int) -> int:
     return math.ceil(m / (padded_dim(d, tau) // tau))
 
 
-def fast_diagonals(groups: int, d: int, m: int, tau: int, seed: int) -> torch.Tensor:
-    """Random +-1 diagonals D1, D2, D3 of every transform: float32 [G, P, 3, d_pad]."""
-    gen = torch.Generator().manual_seed(seed)
+def fast_diagonals(groups: int, d: int, m: int, tau: int, seed: int, device="cpu") -> torch.Tensor:
+    """Random +-1 diagonals D1, D2, D3 of every transform: float32 [G, P, 3, d_pad], drawn
+    on `device` as `gaussian_projections` draws."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     parts, dp = fast_transforms(m, tau, d), padded_dim(d, tau)
-    bits = torch.randint(0, 2, (groups, parts, 3, dp), generator=gen)
+    bits = torch.randint(0, 2, (groups, parts, 3, dp), generator=gen, device=device)
     return (2 * bits - 1).to(torch.float32)
 
 
