@@ -9,6 +9,7 @@ from attnbench.cli import (  # noqa: F401 (commands)
     profiles,
     profiling,
     quality,
+    selftest,
     speed,
 )
 from attnbench.cli.core import app, main
