@@ -248,3 +248,31 @@ def test_dispatch_normalise_rows_matches_the_reference_and_returns_norms():
     assert norms.shape == want.shape == (2, 9, 1)
     torch.testing.assert_close(ours, theirs)
     torch.testing.assert_close(norms, want)
+
+
+@pytest.mark.parametrize("cols", [1, 7, 64, 100])
+@pytest.mark.parametrize("unit,divide", [(True, True), (False, False), (False, True)])
+def test_off_the_row_removes_each_rows_component_along_x(cols, unit, divide):
+    """(g - x <x, g> / |x|^2) / s per row in one pass, in place too: the derivative of
+    x / |x| applied to g, written from its definition in float64."""
+    gen = torch.Generator().manual_seed(cols)
+    g = torch.randn(12, cols, generator=gen)
+    x = torch.randn(12, cols, generator=gen) * 3.0
+    if unit:
+        x = F.normalize(x, dim=-1)
+    norms = torch.linalg.vector_norm(x, dim=-1)
+    divisors = torch.rand(12, generator=gen) + 0.5
+    g64, x64 = g.double(), x.double()
+    along = (g64 * x64).sum(-1, keepdim=True) / (1.0 if unit else norms.double()[:, None] ** 2)
+    want = g64 - along * x64
+    if divide:
+        want = want / divisors.double()[:, None]
+    empty = np.empty(0, np.float32)
+    x_norms = empty if unit else norms.numpy()
+    scale = divisors.numpy() if divide else empty
+    out = np.empty_like(g.numpy())
+    cpu.off_the_row(g.numpy(), x.numpy(), x_norms, scale, out)
+    np.testing.assert_allclose(out, want.float().numpy(), rtol=1e-5, atol=1e-5)
+    inplace = g.numpy().copy()
+    cpu.off_the_row(inplace, x.numpy(), x_norms, scale, inplace)
+    np.testing.assert_array_equal(inplace, out)

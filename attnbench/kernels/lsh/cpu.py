@@ -44,6 +44,7 @@ __all__ = [
     "fast_codes",
     "gaussian_codes",
     "normalise_rows",
+    "off_the_row",
     "pair_cumulation",
     "scaled_cumulation",
     "weighted_cumulation",
@@ -437,6 +438,26 @@ def normalise_rows(y, eps, norms):
         norms[r] = norm
         for k in range(cols):
             row[k] /= norm
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc"})
+def off_the_row(g, x, x_norms, divisors, out):
+    """out[r] = (g[r] - x[r] <x[r], g[r]> / x_norms[r]^2) / divisors[r] for rows [R, D]:
+    g less its component along x, the derivative of x / |x| applied to g (times |x|),
+    in one pass over each row while it sits in L1, where torch takes one for <x, g> and
+    another for the update. Empty `x_norms` mean unit rows x, empty `divisors` divide by
+    1; `out` may be g. The dot product may be reassociated (summed in SIMD lanes)."""
+    rows, cols = g.shape
+    unit, whole = x_norms.shape[0] == 0, divisors.shape[0] == 0
+    for r in prange(rows):
+        gr, xr, o = g[r], x[r], out[r]
+        dot = float32(0.0)
+        for k in range(cols):
+            dot += xr[k] * gr[k]
+        along = dot if unit else dot / (x_norms[r] * x_norms[r])
+        inv = float32(1.0) if whole else float32(1.0) / divisors[r]
+        for k in range(cols):
+            o[k] = (gr[k] - along * xr[k]) * inv
 
 
 def _sparse(tau: int, n_w: int) -> bool:
