@@ -119,3 +119,21 @@ def test_cuda_without_a_gpu_is_one_line_exit_2():
     assert result.exit_code == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: --device cuda")
+
+
+def test_a_launch_handed_a_tensor_of_another_device_is_refused_before_the_kernel():
+    """A draw on the host reaching a GPU launch would be copied inside the call: refused."""
+    from attnbench.kernels.lsh import checks
+
+    x = torch.zeros(2, 3, device="meta")
+    with pytest.raises(ValueError, match="draws is on cpu, the kernel runs on meta"):
+        checks.check_devices(x.device, draws=torch.zeros(2))
+    checks.check_devices(x.device, draws=torch.zeros(2, device="meta"))
+
+
+def test_index_width_is_32_bits_while_every_flat_index_fits():
+    from attnbench.kernels.lsh.checks import index_bits
+
+    assert index_bits(2**32 - 1) == 32
+    assert index_bits(2**32) == 64
+    assert index_bits(16 * 2**20 * 256) == 64  # G n m codes at n = 2^20, m = 256, G = 16

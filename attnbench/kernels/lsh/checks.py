@@ -1,8 +1,11 @@
-"""Preconditions of the CPU kernels, checked in Python before the compiled loops run."""
+"""Preconditions of the kernels, checked in Python once per launch, before the compiled
+loops run: a broken one is one clear ValueError, never a wrong read inside a kernel."""
 
 from __future__ import annotations
 
 import numpy as np
+
+UINT32_LIMIT = 2**32  # flat indices below this fit 32-bit kernels
 
 
 def require(condition: bool, message: str) -> None:
@@ -53,3 +56,19 @@ def check_pairs(
     ):
         shape = tuple(array.shape)
         require(shape == want, f"{name} has shape {shape}, want {want}")
+
+
+def index_bits(largest: int) -> int:
+    """32 when every flat index of a launch (all below `largest`, its elements plus a
+    block's threads of overshoot) fits an unsigned 32-bit integer, else 64."""
+    return 32 if largest < UINT32_LIMIT else 64
+
+
+def check_devices(device, **tensors) -> None:
+    """Every tensor a launch is handed is on `device`, the kernel's: on a GPU a host tensor
+    would be copied by numba inside the call, and a tensor of another GPU read wrongly."""
+    for name, tensor in tensors.items():
+        require(
+            tensor.device == device,
+            f"{name} is on {tensor.device}, the kernel runs on {device}: move it there first",
+        )

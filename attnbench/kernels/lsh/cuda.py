@@ -13,10 +13,10 @@ varying fastest. Every kernel bounds-checks its indices, so any shape works.
 
 from __future__ import annotations
 
-from numba import boolean, cuda, float32, int32, int64, uint64
+from numba import boolean, cuda, float32, int32, int64, uint32, uint64
 
 from attnbench.kernels.lsh import core
-from attnbench.kernels.lsh.checks import check_pairs
+from attnbench.kernels.lsh.checks import check_pairs, index_bits
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM
 from attnbench.kernels.target import (  # noqa: F401  (block sizes: read by the tests)
     GPU_THREADS_PER_BLOCK,
@@ -36,16 +36,39 @@ bound_stride = _helpers["bound_stride"]
 # --- hashing -------------------------------------------------------------------------
 
 
-@cuda.jit
-def _gaussian_codes_kernel(x, proj, tau, out):
-    """One thread per (g, i, f): code of hash f of row x[g, i]."""
-    k = cuda.grid(1)
-    groups, n, m = out.shape
-    if k < groups * n * m:
-        f = k % m
-        i = (k // m) % n
-        g = k // (m * n)
-        out[g, i, f] = gaussian_code(x[g, i], proj[g], f, tau)
+# Flat-grid kernels come in two index widths, chosen per launch (`index_bits`): 32-bit
+# indices where every flat index fits, as a GPU divides them several times faster, 64-bit
+# where one does not (G n m codes or a group's tables past 2^32 elements).
+
+
+def _flat_kernels(index):
+    """The flat-grid kernels with `index` (uint32 or uint64) flat indices."""
+
+    @cuda.jit
+    def gaussian_codes(x, proj, tau, out):
+        """One thread per (g, i, f): code of hash f of row x[g, i]."""
+        k = index(cuda.blockIdx.x) * index(cuda.blockDim.x) + index(cuda.threadIdx.x)
+        groups, n, m = index(out.shape[0]), index(out.shape[1]), index(out.shape[2])
+        if k < groups * n * m:
+            f = k % m
+            i = (k // m) % n
+            g = k // (m * n)
+            out[g, i, f] = gaussian_code(x[g, i], proj[g], f, tau)
+
+    @cuda.jit
+    def zero_tables(flat, size):
+        """flat[g, :size] = 0 for the tables [G, chunk * 2^tau * width] viewed flat per group."""
+        k = index(cuda.blockIdx.x) * index(cuda.blockDim.x) + index(cuda.threadIdx.x)
+        size = index(size)
+        if k < index(flat.shape[0]) * size:
+            flat[k // size, k % size] = float32(0.0)
+
+    return gaussian_codes, zero_tables
+
+
+_GAUSSIAN_CODES, _ZERO_TABLES = {}, {}
+for _bits, _index in ((32, uint32), (64, uint64)):
+    _GAUSSIAN_CODES[_bits], _ZERO_TABLES[_bits] = _flat_kernels(_index)
 
 
 # Threads that work on one row together: a warp on a GPU, the whole (smaller) block under
@@ -141,14 +164,6 @@ def _fast_codes_kernel(x, diags, tau, out):
 # The scatters and gathers give each row to ROW_LANES threads, which walk its columns in
 # steps of ROW_LANES (coalesced) and, per column, every hash of the chunk: one value load
 # serves `count` atomic adds, and a warp's adds of one hash land in one table row.
-
-
-@cuda.jit
-def _zero_tables(flat, size):
-    """flat[g, :size] = 0 for the tables [G, chunk * 2^tau * width] viewed flat per group."""
-    k = cuda.grid(1)
-    if k < flat.shape[0] * size:
-        flat[k // size, k % size] = float32(0.0)
 
 
 @cuda.jit(device=True)
@@ -391,9 +406,9 @@ _I3 = int32[:, :, ::1]
 # Every kernel with the argument types the wrappers pass (C-contiguous arrays, int64 and
 # bool scalars); tests/test_ptx.py compiles each to PTX.
 KERNELS = {
-    "gaussian_codes": (_gaussian_codes_kernel, (_F3, _F3, int64, _I3)),
+    **{f"gaussian_codes_{b}": (k, (_F3, _F3, int64, _I3)) for b, k in _GAUSSIAN_CODES.items()},
     "fast_codes": (_fast_codes_kernel, (_F3, _F4, int64, _I3)),
-    "zero_tables": (_zero_tables, (_F2, int64)),
+    **{f"zero_tables_{b}": (k, (_F2, int64)) for b, k in _ZERO_TABLES.items()},
     "scatter_values": (_scatter_values, (_I3, _F3, int64, int64, _F4)),
     "scatter_weighted": (_scatter_weighted, (_I3, _F3, _F3, int64, int64, int64, _F4)),
     "gather": (_gather, (_I3, _F4, int64, int64, int64, boolean, _F3)),
@@ -431,7 +446,8 @@ def _zero(table, count: int) -> None:
     """Zero the first `count` hashes' tables of every group (contiguous within a group)."""
     groups = table.shape[0]
     size = count * table.shape[2] * table.shape[3]
-    _launch(_zero_tables, groups * size, table.reshape(groups, -1), size)
+    kernel = _ZERO_TABLES[index_bits(groups * size + THREADS_PER_BLOCK)]
+    _launch(kernel, groups * size, table.reshape(groups, -1), size)
 
 
 def gaussian_codes(x, proj, tau: int, out) -> None:
@@ -439,7 +455,8 @@ def gaussian_codes(x, proj, tau: int, out) -> None:
     groups, n, m = out.shape
     if proj.shape[2] < m * tau:
         raise ValueError(f"proj has {proj.shape[2]} columns, {m} codes of tau={tau} need {m * tau}")
-    _launch(_gaussian_codes_kernel, groups * n * m, x, proj, int(tau), out)
+    kernel = _GAUSSIAN_CODES[index_bits(groups * n * m + THREADS_PER_BLOCK)]
+    _launch(kernel, groups * n * m, x, proj, int(tau), out)
 
 
 def fast_codes(x, diags, tau: int, out) -> None:

@@ -12,6 +12,7 @@ import numba
 import torch
 
 from attnbench.kernels.lsh import cpu, reference
+from attnbench.kernels.lsh.checks import check_devices, require
 from attnbench.kernels.lsh.core import MAX_PADDED_DIM, hash_chunk
 from attnbench.kernels.target import as_array, contiguous, kernel_target
 
@@ -35,12 +36,16 @@ def hash_codes(x: torch.Tensor, draws: torch.Tensor, kind: str, tau: int, m: int
     """Codes int32 [G, n, m] of x [G, n, d] by the Gaussian (draws = projections) or the
     fast Hadamard hash (draws = +-1 diagonals)."""
     target = kernel_target(x)
-    if kind == "fast" and target != "cpu" and draws.shape[-1] > MAX_PADDED_DIM:
-        raise ValueError(f"hash=fast on CUDA supports d <= {MAX_PADDED_DIM}; use hash=gaussian")
+    if kind == "fast" and target != "cpu":
+        require(
+            draws.shape[-1] <= MAX_PADDED_DIM,
+            f"hash=fast on CUDA supports d <= {MAX_PADDED_DIM}; use hash=gaussian",
+        )
+    check_devices(x.device, draws=draws)
     out = torch.empty(x.shape[0], x.shape[1], m, dtype=torch.int32, device=x.device)
     kernels = _kernels(target)
     fn = kernels.fast_codes if kind == "fast" else kernels.gaussian_codes
-    fn(as_array(contiguous(x)), as_array(contiguous(draws.to(x.device))), tau, as_array(out))
+    fn(as_array(contiguous(x)), as_array(contiguous(draws)), tau, as_array(out))
     return out
 
 
@@ -98,6 +103,7 @@ def normalise_rows(y: torch.Tensor, eps: float) -> torch.Tensor:
 def cumulation(read_codes, write_codes, values, tau: int, free_bytes: FreeBytes = None):
     """(1/m) sum over hashes of the values of the write rows sharing each read row's bucket."""
     groups, n_r, m = read_codes.shape
+    check_devices(values.device, read_codes=read_codes, write_codes=write_codes)
     out = torch.empty(groups, n_r, values.shape[-1], dtype=torch.float32, device=values.device)
     args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, write_codes)]
     args.append(as_array(contiguous(values)))
@@ -117,6 +123,13 @@ def weighted_cumulation(
 ):
     """(1/m) sum over hashes and write rows w in r's bucket of <rw_r, weights_w> vectors_w."""
     groups, n_r, m = read_codes.shape
+    check_devices(
+        vectors.device,
+        read_codes=read_codes,
+        write_codes=write_codes,
+        weights=weights,
+        read_weights=read_weights,
+    )
     out = torch.empty(groups, n_r, vectors.shape[-1], dtype=torch.float32, device=vectors.device)
     args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, write_codes)]
     args += [as_array(contiguous(t)) for t in (weights, vectors, read_weights)]
@@ -135,6 +148,13 @@ def scaled_cumulation(
     """(1/m) sum over hashes of read_scale times the write_scale-weighted values of the write
     rows sharing each read row's bucket (reference.scaled_cumulation)."""
     groups, n_r, m = read_codes.shape
+    check_devices(
+        values.device,
+        read_codes=read_codes,
+        write_codes=write_codes,
+        write_scale=write_scale,
+        read_scale=read_scale,
+    )
     out = torch.empty(groups, n_r, values.shape[-1], dtype=torch.float32, device=values.device)
     args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, write_codes)]
     args += [as_array(contiguous(t)) for t in (values, write_scale, read_scale)]
@@ -157,6 +177,14 @@ def pair_cumulation(
     hash (reference.pair_cumulation). Sorts each hash's write codes once, on the device."""
     if weight not in PAIR_WEIGHTS:
         raise ValueError(f"weight must be one of {', '.join(PAIR_WEIGHTS)}, got {weight!r}")
+    check_devices(
+        write_unit.device,
+        read_codes=read_codes,
+        write_codes=write_codes,
+        read_unit=read_unit,
+        read_a=read_a,
+        write_a=write_a,
+    )
     sorted_codes, order = torch.sort(write_codes.transpose(1, 2).contiguous(), dim=-1, stable=True)
     out = torch.empty(*read_codes.shape[:2], write_unit.shape[-1], device=write_unit.device)
     args = [as_array(contiguous(c, torch.int32)) for c in (read_codes, sorted_codes, order)]
