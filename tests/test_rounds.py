@@ -32,14 +32,17 @@ class DriftingClock:
 
     def __init__(self, drift_per_call: float):
         self.calls = 0
-        self.order: list[int] = []  # id of each timed function, in the order first seen
+        # each timed function, in the order first seen; held, so that a later function
+        # cannot take a freed one's id and its cost
+        self.order: list = []
         self.drift = drift_per_call
 
     def __call__(self, fn, loops: int) -> float:
-        if id(fn) not in self.order:
-            self.order.append(id(fn))
+        if not any(seen is fn for seen in self.order):
+            self.order.append(fn)
         self.calls += 1
-        return COST_MS[self.order.index(id(fn))] * (1 + self.drift * self.calls)
+        index = next(i for i, seen in enumerate(self.order) if seen is fn)
+        return COST_MS[index] * (1 + self.drift * self.calls)
 
 
 def speedups(monkeypatch, rounds: int, drift: float = 0.01) -> pd.DataFrame:
