@@ -69,13 +69,14 @@ def yoso_row(**fields):
 
 
 def test_schema_columns_are_stable():
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     assert COLUMNS[:3] == ["study", "backend", "impl"]
     assert {"metric", "value", "status", "reason", "samples", "schema_version"} <= set(COLUMNS)
     v2 = {"method", "grid_h", "grid_w", "stable", "spread", "speedup", "baseline", "case_id"}
     v2 |= {"fingerprint", "run_id", "device_name", "threads", "git_revision"}
     assert v2 <= set(COLUMNS)
     assert {"round_sizes", "speedup_low", "speedup_high"} <= set(COLUMNS)  # v4
+    assert {"node", "worker", "hardware", "co_tenancy"} <= set(COLUMNS)  # v5
     assert "params" not in COLUMNS and "conditions" not in COLUMNS
 
 

@@ -4,6 +4,7 @@ Invariant: a row is one backend x case x metric; its flat record holds the fixed
 in their order, then each backend parameter and each per-case condition as a column of its
 own, so that `row_from_record(record(row))` gives the row back. Samples are a list of floats;
 `round_sizes` (schema 4) a list of ints: how many of the samples, in order, each round took.
+Schema 5 says where each case ran: `node`, `worker`, `hardware` and `co_tenancy`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 STATUSES = ("ok", "skipped", "oom", "error", "crashed")
 # A resumed case with one of these statuses is not run again; error and crashed ones are.
@@ -92,6 +93,13 @@ class Row:
     device_name: str = ""
     threads: int | None = None
     git_revision: str = ""
+    # where the case ran (`run.placement`): the host, the process ("local/PID",
+    # "isolated/PID", "ray-N/PID"), the physical GPU's UUID or the CPU's model name, and how
+    # many of the run's workers were measuring on that host at once, this one included
+    node: str = ""
+    worker: str = ""
+    hardware: str = ""
+    co_tenancy: int | None = None
     schema_version: int = SCHEMA_VERSION
     params: dict = field(default_factory=dict)  # backend parameters, a column each
     conditions: dict = field(default_factory=dict)  # CONDITION_KEYS measured around the case
@@ -100,7 +108,9 @@ class Row:
 
 
 COLUMNS = [f.name for f in fields(Row) if f.name not in ("params", "conditions", "array")]
-INT_COLUMNS = ("batch", "heads", "seq", "dim", "count", "grid_h", "grid_w", "threads")
+INT_COLUMNS = (
+    "batch", "heads", "seq", "dim", "count", "grid_h", "grid_w", "threads", "co_tenancy",
+)  # fmt: skip
 # what a fixed column holds when a file (an older schema's) lacks it
 DEFAULTS = {
     f.name: None if f.default is MISSING else f.default

@@ -164,14 +164,14 @@ class ResultSink:
 
     def add_case(self, rows: list[Row]) -> None:
         """Commit one case's rows to every output; they replace the rows of the same case_id
-        that a resumed file held."""
+        that a resumed file held. A row's own device name and threads (a remote worker's) stay."""
         if not self._open:
             raise RuntimeError("ResultSink.add_case outside `with ResultSink(...) as sink`")
         for row in rows:
             row.run_id, row.fingerprint = self.run_id, self.fingerprint
-            row.device_name = self.env.get("device_name") or ""
+            row.device_name = row.device_name or self.env.get("device_name") or ""
             row.git_revision = self.env.get("git_revision") or ""
-            row.threads = self.env.get("threads", self.env.get("torch_threads"))
+            row.threads = row.threads or self.env.get("threads", self.env.get("torch_threads"))
         new = [record(row) for row in rows]
         ids = {row.case_id for row in rows if row.case_id}
         replaces = any(not self._ours(r) for i in ids for r in self._by_case.get(i, ()))

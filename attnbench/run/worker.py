@@ -31,6 +31,7 @@ def main(job: str, out: str, parent: str) -> None:
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.threads import set_threads
     from attnbench.run.executors import CaseInputs, rows_to_json, run_case, run_cases
+    from attnbench.run.placement import here
 
     cases, measure, threads, steady = pickle.loads(Path(job).read_bytes())
     if steady:
@@ -40,6 +41,8 @@ def main(job: str, out: str, parent: str) -> None:
         rows = [run_case(cases[0], measure, CaseInputs())]
     else:
         rows = run_cases(cases, measure, CaseInputs())
+    for case_rows in rows:
+        here("isolated", cases[0].device).stamp(case_rows)
     Path(out).write_text(rows_to_json(rows))
 
 
