@@ -57,6 +57,27 @@ Threads = Annotated[
 Isolate = Annotated[
     bool, typer.Option(help="run each case in a fresh process: a crash becomes a `crashed` row")
 ]
+Executor = Annotated[
+    str,
+    typer.Option(
+        help="where cases run: local (this process; see --isolate) or ray (a Ray cluster: "
+        "each length's backends on one worker, a GPU or a block of CPUs each)"
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="the Ray cluster of --executor ray: host:port of its head, ray://host:port or "
+        "auto (default: $RAY_ADDRESS, else a local cluster started for the run)"
+    ),
+]
+CpusPerWorker = Annotated[
+    int | None,
+    typer.Option(
+        help="--executor ray: CPUs each worker holds, its threads pinned to them (default: "
+        "a CPU node's all, one worker per node; a GPU worker's share of its node's)"
+    ),
+]
 Resume = Annotated[
     bool,
     typer.Option(help="continue the run in --csv/--json: skip the cases it already completed"),

@@ -212,6 +212,8 @@ def check_inputs_fit(
     if inputs.on_grid:
         for _, grid in layouts:
             inputs.check_grid(*grid)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return  # a cluster's GPUs: its workers skip the cases that do not fit theirs
     n, grid = max(layouts, key=lambda layout: layout[0])
     batch, heads = batch or inputs.batch, heads or inputs.heads
     need = 3 * batch * heads * n * inputs.dim * dtype.itemsize
@@ -256,17 +258,20 @@ def parse_dtype(name: str):
     return getattr(torch, name.lower())
 
 
-def resolve_device(name: str) -> str:
-    """'auto' picks cuda when a GPU is present; asking for cuda without one is a user error."""
+def resolve_device(name: str, cluster_gpus: bool | None = None) -> str:
+    """'auto' picks cuda when a GPU is present; asking for cuda without one is a user error.
+    With `cluster_gpus` (a Ray cluster's), the cluster's GPUs count, not this machine's."""
     name = name.lower()
     if name not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device: unknown device {name!r}; valid: auto, cpu, cuda")
     import torch
 
+    gpus = torch.cuda.is_available() if cluster_gpus is None else cluster_gpus
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA GPU is available to PyTorch on this machine")
+        return "cuda" if gpus else "cpu"
+    if name == "cuda" and not gpus:
+        where = "this machine" if cluster_gpus is None else "the Ray cluster"
+        raise UsageError(f"--device cuda: no CUDA GPU is available to PyTorch on {where}")
     return name
 
 

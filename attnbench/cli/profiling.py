@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from attnbench.cli import core, options
+from attnbench.cli import core, options, shared
 from attnbench.cli.speed import DEFAULT_BACKENDS, run_timed, time_spec
 from attnbench.errors import UsageError
 from attnbench.measure import DEFAULT_MIN_TIME_S, is_cuda
@@ -13,6 +13,7 @@ from attnbench.measure import DEFAULT_MIN_TIME_S, is_cuda
 
 @core.app.command("profile")
 def profile_cmd(
+    ctx: typer.Context,
     seq: options.Seq = None,
     grid: options.Grid = None,
     batch: options.Batch = 1,
@@ -42,6 +43,9 @@ def profile_cmd(
         False, help="CUDA: also run --calls calls with NVTX ranges, for nsys profile -t cuda,nvtx"
     ),
     isolate: options.Isolate = False,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    cpus_per_worker: options.CpusPerWorker = None,
     resume: options.Resume = False,
     csv: options.Csv = None,
     json: options.Json = None,
@@ -56,17 +60,19 @@ def profile_cmd(
     from attnbench.views.tables import stage_table
 
     stage_filter = _stage_filter(stages)
+    calls = positive(calls, "--calls", MAX_COUNT)
+    at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
     spec = time_spec(
         ProfileSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
         device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
         min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
-        stage_filter=stage_filter, calls=positive(calls, "--calls", MAX_COUNT), nvtx=nvtx,
+        stage_filter=stage_filter, calls=calls, nvtx=nvtx, gpus=at.gpus,
     )  # fmt: skip
     if nvtx and not is_cuda(spec.device):
         raise UsageError("--nvtx: NVTX ranges are for a CUDA run under nsys; give --device cuda")
     spec.trace_dir = _trace_dir(trace)
     spec.check_stage_filter()  # before the machine's ceilings are measured
-    run_timed(spec, threads, isolate, resume, csv, json, plot, remeasure, stage_table)
+    run_timed(spec, threads, at, resume, csv, json, plot, remeasure, stage_table)
     if trace is not None:
         core.console.print(f"wrote traces into {trace} (open them in ui.perfetto.dev)")
 

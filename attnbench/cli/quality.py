@@ -78,6 +78,7 @@ def _query(text: str | None) -> tuple[int, int] | None:
 
 @core.app.command("error")
 def error_cmd(
+    ctx: typer.Context,
     hashes: str = typer.Option(
         None,
         help="adds yoso:m=... for each number of hashes m: 8..128 doubles 8, 16, ... "
@@ -98,6 +99,9 @@ def error_cmd(
         "--hashes is swept, as YOSO Fig. 8; else exact softmax)",
     ),
     isolate: options.Isolate = False,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    cpus_per_worker: options.CpusPerWorker = None,
     resume: options.Resume = False,
     batch: options.Batch = 1,
     heads: options.Heads = 4,
@@ -133,10 +137,12 @@ def error_cmd(
     except ValueError as exc:
         raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
     seed, threads = check_seed(seed, trials, mc_seeds), check_threads(threads)
+    asked = threads
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
     seqs = parse_sizes("64..4096" if seq is None else seq, "--seq") if grids is None else []
+    at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
     # images have one head
     source = shared.inputs(
         inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim"),
@@ -152,7 +158,7 @@ def error_cmd(
         inputs=source,
         backends=parse_backends(backends) if backends.strip() else [],
         dtype=parse_dtype(dtype),
-        device=resolve_device(device),
+        device=resolve_device(device, at.gpus),
         seed=seed,
         reference=_reference(reference),
     )
@@ -164,7 +170,7 @@ def error_cmd(
 
     threads = shared.set_threads(threads)
     sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
-    rows = shared.run_study(spec, sink, isolate, threads)
+    rows = shared.run_study(spec, sink, at, asked if at.pooled else threads)
     core.console.print(error_table(rows_frame(rows)))
     shared.finish(sink, rows, plot)
 

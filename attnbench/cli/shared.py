@@ -4,6 +4,7 @@ sink, run a study under a progress bar, report what was written, and read result
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,19 +65,68 @@ def inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids) -> Source:
     return source
 
 
-def run_study(study, result_sink=None, isolate: bool = False, threads: int | None = None):
+@dataclass(frozen=True)
+class Where:
+    """Where a study's cases run: `executor` as `runner.run` takes it (a name, or a pool),
+    and the Ray cluster of a pool, whose GPUs decide what --device auto means."""
+
+    executor: object = "in-process"
+    cluster: object = None
+
+    @property
+    def pooled(self) -> bool:
+        return self.cluster is not None
+
+    @property
+    def gpus(self) -> bool | None:
+        """Whether the cluster has GPUs; None: run here, where torch tells."""
+        return None if self.cluster is None else self.cluster.has_gpus
+
+
+def where(ctx, executor: str, isolate: bool, ray_address: str | None, cpus_per_worker: int | None):
+    """--executor and its options, checked; with ray, the cluster is reached now (one error
+    line if Ray is missing or the address does not answer) and left when the command
+    (`ctx`, its context) ends, however it ends."""
+    from functools import partial
+
+    from attnbench.cli.parse import positive
+
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor: unknown executor {executor!r}; valid: local, ray")
+    if executor == "local":
+        for given, name in ((ray_address, "--ray-address"), (cpus_per_worker, "--cpus-per-worker")):
+            if given is not None:
+                raise UsageError(f"{name} is an option of --executor ray")
+        return Where("isolated" if isolate else "in-process")
+    if isolate:
+        raise UsageError("--isolate runs cases here; a Ray worker that crashes is already a row")
+    if cpus_per_worker is not None:
+        cpus_per_worker = positive(cpus_per_worker, "--cpus-per-worker")
+    from attnbench.run.ray_cluster import connect
+    from attnbench.run.ray_executor import RayPool
+
+    cluster = connect(ray_address)
+    ctx.call_on_close(cluster.close)
+    return Where(partial(RayPool, cluster=cluster, cpus_per_worker=cpus_per_worker), cluster)
+
+
+def run_study(study, result_sink=None, at: Where | None = None, threads: int | None = None):
     """Run a study under a progress bar and return every case's rows, resumed ones included.
 
     The runner validates the study's cases first, so a case that can never run is one error
     line before the sink opens its outputs; the sink then holds them while cases commit.
     A study with a `report` hook (the model study's batch search) reports progress inside a
-    case: each report replaces the progress line's description.
+    case, run here: each report replaces the progress line's description. On a pool the
+    bar counts comparison groups as they end, in any order. `threads`: this process's, or
+    for a pool the --threads asked for (None: each worker's CPUs).
     """
     from contextlib import nullcontext
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from attnbench.run.runner import check_resumable, run
+    from attnbench.run.runner import check_resumable, comparison_groups, run
+
+    at = at or Where()
 
     columns = (
         TextColumn("{task.description}"),
@@ -98,11 +148,21 @@ def run_study(study, result_sink=None, isolate: bool = False, threads: int | Non
             line = f"[{started}/{len(study.cases)}] {case.title}"
             core.progress_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    if hasattr(study, "report"):
+    ended = 0
+
+    def on_group(group) -> None:
+        nonlocal ended
+        ended += 1
+        title = group[0].title + (f" and {len(group) - 1} more" if len(group) > 1 else "")
+        progress.update(task, description=title, completed=ended)
+        if logged:
+            line = f"[{ended}/{total}] {title}"
+            core.progress_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    if hasattr(study, "report") and not at.pooled:
         study.report = lambda text: progress.update(task, description=text)
-    executor = "isolated" if isolate else "in-process"
-    sweep = run(study, result_sink, executor, threads, on_case)
-    total = len(study.cases)
+    sweep = run(study, result_sink, at.executor, threads, on_case, on_group)
+    total = len(comparison_groups(study, study.cases)) if at.pooled else len(study.cases)
     with result_sink if result_sink is not None else nullcontext():
         if result_sink is not None and result_sink.resume:  # one error line, no progress yet
             check_resumable(study.cases, result_sink)
@@ -115,8 +175,15 @@ def run_study(study, result_sink=None, isolate: bool = False, threads: int | Non
 
 def ceilings(device: str, threads: int, remeasure: bool = False):
     """This machine's ceilings at `threads`: from the cache, or measured now (once per
-    machine) with a status line saying so."""
+    machine) with a status line saying so; None for a cluster's GPU this machine lacks
+    (each Ray worker sets its rows against its own machine's ceilings)."""
+    import torch
+
+    from attnbench.measure import is_cuda
     from attnbench.measure.limits import load_or_measure
+
+    if is_cuda(device) and not torch.cuda.is_available():
+        return None
 
     with core.progress_console.status("measuring this machine's limits (once; cached)") as line:
         return load_or_measure(device, threads, remeasure, on_step=line.update)

@@ -15,6 +15,7 @@ DEFAULT_ROUNDS = 5
 
 @core.app.command("time")
 def time_cmd(
+    ctx: typer.Context,
     seq: options.Seq = None,
     grid: options.Grid = None,
     batch: options.Batch = 1,
@@ -39,6 +40,9 @@ def time_cmd(
     threads: options.Threads = None,
     baseline: options.Baseline = "sdpa",
     isolate: options.Isolate = False,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    cpus_per_worker: options.CpusPerWorker = None,
     resume: options.Resume = False,
     csv: options.Csv = None,
     json: options.Json = None,
@@ -53,22 +57,25 @@ def time_cmd(
     from attnbench.cli.parse import MAX_COUNT, positive
     from attnbench.studies.time import TimeSpec
 
+    rounds = positive(rounds, "--rounds", MAX_COUNT)
+    at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
     spec = time_spec(
         TimeSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
         device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
         min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
-        rounds=positive(rounds, "--rounds", MAX_COUNT),
+        rounds=rounds, gpus=at.gpus,
     )  # fmt: skip
     from attnbench.views.tables import time_table
 
     table = partial(time_table, baseline=spec.baseline.spec, max_spread=spec.max_spread)
-    run_timed(spec, threads, isolate, resume, csv, json, plot, False, table)
+    run_timed(spec, threads, at, resume, csv, json, plot, False, table)
 
 
 def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inputs, mode,
-              repeats, min_time, max_spread, warmup, seed, baseline, **extra):  # fmt: skip
+              repeats, min_time, max_spread, warmup, seed, baseline, gpus=None,
+              **extra):  # fmt: skip
     """The time study (or a subclass: the profile study) from the shared options, every
-    one checked; `extra` goes to the subclass."""
+    one checked; `extra` goes to the subclass. `gpus`: whether a Ray cluster has any."""
     from attnbench.backends import get_backend, parse_backends
     from attnbench.cli.parse import (
         MAX_COUNT,
@@ -103,7 +110,7 @@ def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inp
         # an image is repeated over batch and heads
         inputs=shared.inputs(inputs, batch, heads, dim, seqs, grids),
         dtype=parse_dtype(dtype),
-        device=resolve_device(device),
+        device=resolve_device(device, gpus),
         mode=mode,
         repeats=positive(repeats, "--repeats", MAX_COUNT),
         warmup=non_negative(warmup, "--warmup", MAX_COUNT),
@@ -117,12 +124,12 @@ def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inp
     return spec
 
 
-def run_timed(spec, threads, isolate, resume, csv, json, plot, remeasure: bool, table) -> None:
-    """Run a time or profile study: outputs checked, this machine's ceilings loaded (or
-    measured once), the sweep run into the sink, `table(frame)` printed."""
+def run_timed(spec, threads, at, resume, csv, json, plot, remeasure: bool, table) -> None:
+    """Run a time or profile study where `at` says: outputs checked, this machine's
+    ceilings loaded (or measured once), the sweep run into the sink, `table(frame)` printed."""
     from attnbench.cli.parse import check_threads
 
-    threads = check_threads(threads)
+    asked = threads = check_threads(threads)
     csv, json, plot = shared.outputs(csv, json, plot)
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.env import environment
@@ -132,9 +139,11 @@ def run_timed(spec, threads, isolate, resume, csv, json, plot, remeasure: bool, 
     steady_allocator()
     threads = shared.set_threads(threads)
     spec.ceilings = shared.ceilings(spec.device, threads, remeasure)
-    env = environment(spec.device, threads, spec.seed) | {"ceilings": spec.ceilings.as_dict()}
+    env = environment(spec.device, threads, spec.seed)
+    if spec.ceilings is not None:
+        env["ceilings"] = spec.ceilings.as_dict()
     sink = shared.sink(env, csv, json, resume)
-    rows = shared.run_study(spec, sink, isolate, threads)
+    rows = shared.run_study(spec, sink, at, asked if at.pooled else threads)
     frame = rows_frame(rows)
     core.console.print(table(frame))
     warning = unstable_warning(frame, spec.max_spread)
@@ -145,6 +154,7 @@ def run_timed(spec, threads, isolate, resume, csv, json, plot, remeasure: bool, 
 
 @core.app.command("model")
 def model_cmd(
+    ctx: typer.Context,
     seq: options.Seq = "512..4096",
     backends: options.Backends = DEFAULT_BACKENDS,
     layers: int = typer.Option(6, help="encoder layers"),
@@ -160,6 +170,9 @@ def model_cmd(
     device: options.Device = "auto",
     seed: options.Seed = 0,
     threads: options.Threads = None,
+    executor: options.Executor = "local",
+    ray_address: options.RayAddress = None,
+    cpus_per_worker: options.CpusPerWorker = None,
     resume: options.Resume = False,
     csv: options.Csv = None,
     json: options.Json = None,
@@ -185,8 +198,10 @@ def model_cmd(
     from attnbench.studies.model import ModelConfig, ModelSpec
 
     seed, threads = check_seed(seed), check_threads(threads)
+    asked = threads
     heads = positive(heads, "--heads")
     width = positive(width, "--width", MAX_MODEL_SIZE)
+    at = shared.where(ctx, executor, False, ray_address, cpus_per_worker)
     if width % heads:
         raise UsageError(f"--width: {width} is not a multiple of --heads {heads}")
     config = ModelConfig(
@@ -203,7 +218,7 @@ def model_cmd(
         warmup=non_negative(warmup, "--warmup", MAX_COUNT),
         memory_budget=None if memory_budget is None else parse_bytes(memory_budget),
         max_batch=positive(max_batch, "--max-batch", MAX_BATCH),
-        device=resolve_device(device),
+        device=resolve_device(device, at.gpus),
         seed=seed,
     )
     csv, json, plot = shared.outputs(csv, json, plot)
@@ -213,6 +228,6 @@ def model_cmd(
 
     threads = shared.set_threads(threads)
     sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
-    rows = shared.run_study(spec, sink, threads=threads)
+    rows = shared.run_study(spec, sink, at, asked if at.pooled else threads)
     core.console.print(model_table(rows_frame(rows)))
     shared.finish(sink, rows, plot)

@@ -7,11 +7,17 @@ that cannot run the case, or a case predicted not to fit in memory, gives a `ski
 otherwise the executor builds the inputs and runs the study's measurement, where an
 out-of-memory becomes an `oom` row, any other exception an `error` row, and a crash of an
 isolated case a `crashed` row; the sweep goes on.
+
+An executor with a `sweep` method is a pool of workers (`ray_executor.RayPool`): it gets each
+comparison group (`Study.comparison_key`) whole, runs it on one worker, and its rows come
+back as cases end, groups in any order; each case is finished, in order within its group,
+and committed as it comes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -20,6 +26,7 @@ from attnbench.measure.memory import available_bytes
 from attnbench.results.schema import Row, row_from_record
 from attnbench.run.case import Case
 from attnbench.run.executors import EXECUTORS, Executor
+from attnbench.run.placement import here, spread
 from attnbench.run.study import Study, status_row
 
 HEADROOM = 0.8  # a case may use at most this share of the available memory
@@ -50,16 +57,21 @@ def run(
     executor: str | type[Executor] = "in-process",
     threads: int | None = None,
     on_case: Callable[[Case], None] = lambda _: None,
+    on_group: Callable[[list[Case]], None] = lambda _: None,
 ) -> Iterator[list[Row]]:
     """Validate the study's cases now, then return an iterator over each case's rows as it
     ends, committing them to `sink` (a `results.sink.ResultSink`, opened by the caller
     before iterating) if given. Cases already complete in a resumed sink are not run again;
     their rows are yielded all the same. `executor` is a name from EXECUTORS or a class
-    built as `executor(measure, threads, steady)`."""
+    built as `executor(measure, threads, steady)`. `on_case` sees each case as it starts
+    here; with a pool, `on_group` sees each comparison group once it has ended."""
     cases = study.cases
     study.validate(cases)
     make = EXECUTORS[executor] if isinstance(executor, str) else executor
-    return _sweep(study, cases, make(study.measure, threads, study.steady), sink, on_case)
+    built = make(study.measure, threads, study.steady)
+    if hasattr(built, "sweep"):
+        return _pooled(study, cases, built, sink, on_group)
+    return _sweep(study, cases, built, sink, on_case)
 
 
 def check_resumable(cases: list[Case], sink) -> None:
@@ -146,6 +158,73 @@ def _run_group(study, group, executor, sink, on_case) -> Iterator[list[Row]]:
         rows |= {i: executor.run(group[i]) for i in measured}
     for index, case in enumerate(group):
         finished = study.finish(case, rows[index])
+        if index not in resumed:
+            here("local", case.device).stamp(finished)
         if sink is not None and index not in resumed:
             sink.add_case(finished)
+        yield finished
+
+
+def comparison_groups(study: Study, cases: list[Case]) -> list[list[Case]]:
+    """The cases of each `study.comparison_key`, groups in the order of their first case,
+    cases in running order within each."""
+    groups: dict[object, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(study.comparison_key(case), []).append(case)
+    return list(groups.values())
+
+
+@dataclass
+class Unit:
+    """A comparison group's cases for a pool: those to run, the group key of each (cases
+    measured together), and the rows of each case so far by its place in the group."""
+
+    group: list[Case]
+    todo: list[int]  # places of the cases to run
+    keys: list[object]  # `study.group_key` of each case to run
+    rows: dict[int, list[Row]]  # resumed now; measured ones as they come back
+    resumed: set[int]
+    next: int = 0  # the first place not yet finished
+
+    @property
+    def cases(self) -> list[Case]:
+        return [self.group[i] for i in self.todo]
+
+
+def _pooled(study, cases, pool, sink, on_group) -> Iterator[list[Row]]:
+    """Each comparison group whole to `pool`; rows come back as cases end, groups in any
+    order, and each case is finished and committed as soon as every earlier case of its
+    group has been."""
+    units = []
+    for group in comparison_groups(study, cases):
+        done = [sink.done(case.case_id) if sink is not None else None for case in group]
+        rows = {i: [row_from_record(r) for r in d] for i, d in enumerate(done) if d is not None}
+        todo = [i for i in range(len(group)) if i not in rows]
+        keys = [study.group_key(group[i]) for i in todo]
+        units.append(Unit(group, todo, keys, rows, set(rows)))
+    for unit in units:  # resumed cases first, up to the first one to run
+        yield from _finish_ready(study, unit, sink, on_group)
+    running = [unit for unit in units if unit.todo]
+    sweep = pool.sweep(running)
+    try:
+        for index, place, rows in sweep:
+            unit = running[index]
+            unit.rows[unit.todo[place]] = rows
+            yield from _finish_ready(study, unit, sink, on_group)
+    finally:
+        sweep.close()  # now, not when collected: Ctrl-C stops the workers at once
+
+
+def _finish_ready(study, unit: Unit, sink, on_group) -> Iterator[list[Row]]:
+    """Finish and commit the unit's cases in order while their rows are in."""
+    while unit.next in unit.rows:
+        index, case = unit.next, unit.group[unit.next]
+        finished = study.finish(case, unit.rows[index])
+        if index not in unit.resumed:
+            spread(finished)
+        if sink is not None and index not in unit.resumed:
+            sink.add_case(finished)
+        unit.next += 1
+        if unit.next == len(unit.group):
+            on_group(unit.group)
         yield finished

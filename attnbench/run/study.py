@@ -45,12 +45,21 @@ class Study:
     `finish(case, rows)`: the rows as they are written, given every earlier case (called in
     order, resumed cases included). `steady`: whether an isolated worker uses the steady
     allocator, as the time study's own process does. `group_key(case)`: consecutive cases
-    with the same key, not None, are measured together by `measure.group`."""
+    with the same key, not None, are measured together by `measure.group`.
+    `comparison_key(case)`: the cases whose rows are related to one another (a speed-up
+    against the baseline of the same length); an executor that spreads a sweep over
+    workers runs each such comparison group on one worker, in one process, in order, so no
+    ratio spans two machines, and `finish` sees the group's cases in order. Cases measured
+    together (`group_key`) must fall in one comparison group."""
 
     steady: bool = False
 
     def group_key(self, case: Case) -> object | None:
         return None
+
+    def comparison_key(self, case: Case) -> object:
+        """The backends of one size, dtype and mode are compared with one another."""
+        return (case.n, case.grid, case.dtype, case.mode)
 
     @property
     def cases(self) -> list[Case]:  # pragma: no cover - abstract

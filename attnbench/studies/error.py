@@ -112,6 +112,10 @@ class ErrorSpec(Study):
         for case in cases:
             self.reference_backend.validate(case)
 
+    def comparison_key(self, case: Case) -> object:
+        """A backend's lengths are related: `finish` fits its slope over all of them."""
+        return case.backend.spec
+
     def finish(self, case: Case, rows: list[Row]) -> list[Row]:
         return self._slopes(case, rows)
 
