@@ -242,3 +242,16 @@ def test_a_worker_sets_its_rows_against_its_own_machines_ceilings(monkeypatch):
     assert own.fn.keywords["ceilings"] == own.group.keywords["ceilings"] == ("here", 3)
     plain = Measure(counted, "total")
     assert own_ceilings(plain, "cpu", 3) is plain
+
+
+def test_the_device_is_resolved_against_the_clusters_gpus():
+    from attnbench.cli.parse import check_threads, resolve_device
+
+    assert resolve_device("auto", cluster_gpus=True) == "cuda"
+    assert resolve_device("auto", cluster_gpus=False) == "cpu"
+    with pytest.raises(UsageError, match="no CUDA GPU is available to PyTorch on the Ray cluster"):
+        resolve_device("cuda", cluster_gpus=False)
+    # a worker's threads are held against its own CPUs, not this machine's numba pool
+    assert check_threads(4096, pooled=True) == 4096
+    with pytest.raises(UsageError, match="--threads"):
+        check_threads(4096)

@@ -175,11 +175,14 @@ def check_seed(seed: int, trials: int = 1, mc_seeds: int = 1) -> int:
     return seed
 
 
-def check_threads(threads: int | None) -> int | None:
+def check_threads(threads: int | None, pooled: bool = False) -> int | None:
     """--threads in 1..numba's thread pool, sized at start-up by NUMBA_NUM_THREADS: torch
-    would take more, but the numba kernels could not, and comparisons would not be alike."""
+    would take more, but the numba kernels could not, and comparisons would not be alike.
+    `pooled`: the threads are a Ray worker's, held against its own CPUs when it is planned."""
     if threads is None:
         return None
+    if pooled:
+        return positive(threads, "--threads")
     import numba  # lazily: importing numba is slow, and --threads is rarely given
 
     most = numba.config.NUMBA_NUM_THREADS

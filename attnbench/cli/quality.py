@@ -136,13 +136,13 @@ def error_cmd(
         tau_value = tau_param().parse(tau)
     except ValueError as exc:
         raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
-    seed, threads = check_seed(seed, trials, mc_seeds), check_threads(threads)
-    asked = threads
+    seed = check_seed(seed, trials, mc_seeds)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse_grids(grid, "--grid") if grid is not None else None
     seqs = parse_sizes("64..4096" if seq is None else seq, "--seq") if grids is None else []
     at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
+    asked = threads = check_threads(threads, at.pooled)
     # images have one head
     source = shared.inputs(
         inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim"),

@@ -129,7 +129,7 @@ def run_timed(spec, threads, at, resume, csv, json, plot, remeasure: bool, table
     ceilings loaded (or measured once), the sweep run into the sink, `table(frame)` printed."""
     from attnbench.cli.parse import check_threads
 
-    asked = threads = check_threads(threads)
+    asked = threads = check_threads(threads, at.pooled)
     csv, json, plot = shared.outputs(csv, json, plot)
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.env import environment
@@ -197,11 +197,11 @@ def model_cmd(
     )
     from attnbench.studies.model import ModelConfig, ModelSpec
 
-    seed, threads = check_seed(seed), check_threads(threads)
-    asked = threads
+    seed = check_seed(seed)
     heads = positive(heads, "--heads")
     width = positive(width, "--width", MAX_MODEL_SIZE)
     at = shared.where(ctx, executor, False, ray_address, cpus_per_worker)
+    asked = threads = check_threads(threads, at.pooled)
     if width % heads:
         raise UsageError(f"--width: {width} is not a multiple of --heads {heads}")
     config = ModelConfig(
