@@ -59,9 +59,10 @@ class RayPool:
             return
         device = units[0].group[0].device
         plans = self.cluster.plan(device, self.cpus_per_worker, self.threads)[: len(units)]
-        ray = self.cluster.ray
-        workers = [self._start(ray, i, plan, device) for i, plan in enumerate(plans)]
+        ray, workers = self.cluster.ray, []
         try:
+            for index, plan in enumerate(plans):
+                workers.append(self._start(ray, index, plan, device))
             yield from _Dispatch(ray, workers, units, self.measure).run()
         finally:
             for worker in workers:
