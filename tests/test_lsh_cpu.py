@@ -276,3 +276,27 @@ def test_off_the_row_removes_each_rows_component_along_x(cols, unit, divide):
     inplace = g.numpy().copy()
     cpu.off_the_row(inplace, x.numpy(), x_norms, scale, inplace)
     np.testing.assert_array_equal(inplace, out)
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_dispatch_off_the_row_matches_the_reference(contiguous):
+    """The numba pass (fp32, contiguous) and torch's fallback (here for strided rows) give
+    the reference's rows for [G, n, d] gradients with [G, n, 1] norms and divisors."""
+    from attnbench.kernels.lsh import dispatch
+
+    gen = torch.Generator().manual_seed(5)
+    g = torch.randn(3, 10, 16, generator=gen)
+    x = torch.randn(3, 10, 16, generator=gen)
+    if not contiguous:
+        g, x = g.transpose(0, 1), x.transpose(0, 1)
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    divisor = torch.rand(*x.shape[:-1], 1, generator=gen) + 0.5
+    want = reference.off_the_row(g.clone(), x, norm, divisor)
+    torch.testing.assert_close(dispatch.off_the_row(g, x, norm, divisor), want)
+    into = g.clone()
+    assert dispatch.off_the_row(into, x, norm, divisor, out=into) is into
+    torch.testing.assert_close(into, want)
+    unit = F.normalize(x, dim=-1)
+    torch.testing.assert_close(
+        dispatch.off_the_row(g, unit), reference.off_the_row(g.clone(), unit)
+    )

@@ -227,12 +227,14 @@ class YOSO(Resampling, Backend):
           tau/2, times C) or 7 G n^2 (expected: clamp, arccos, /pi, 1-, power, tau/2, times
           E); bytes one write and read of each n x n pass, as `_dense_backward`.
         backward (the rest): the derivatives of the three l2 normalisations
-          (`autograd.off_the_row`): per row <x, g> as a batched product, matmul
-          2 G n (2d + d_v), g - x <x, g> 2 G n (2d + d_v), Y's division by its norm G n d_v,
-          the norms of Q and K 2 G n 2d; bytes 28 G n d_v (g and out read twice, dY
-          written, read and written) and 24 G n 2d (rows read for the norms, then gradient
-          and rows read twice, gradient written). The pair and dense kinds also
-          form unit rows and divide dQ_unit, dK_unit by the norms: 2 G n 2d, 16 G n 2d bytes."""
+          (`off_the_row`): per row <x, g>, matmul 2 G n (2d + d_v) (FMAs), g - x <x, g>
+          2 G n (2d + d_v), Y's division by its norm G n d_v, the norms of Q and K
+          2 G n 2d. Bytes with numba on the CPU (one pass a row): 12 G n d_v (g and out
+          read, dY written) and 16 G n 2d (rows read for the norms, then gradient and rows
+          read, gradient written); elsewhere (torch: a product, then an update) 28 G n d_v
+          (g and out read twice, dY written, read and written) and 24 G n 2d (gradient and
+          rows read twice). The pair and dense kinds also form unit rows and divide
+          dQ_unit, dK_unit by the norms: 2 G n 2d, 16 G n 2d bytes."""
         v = self.values
         g, n, d, dv, w = shape.planes, shape.n, shape.dim, shape.dv, shape.itemsize
         tau = resolve_tau(v["tau"], n)
@@ -249,10 +251,12 @@ class YOSO(Resampling, Backend):
             kind = v["backward"]
             rows, rows_qk = g * n * (2 * d + dv), g * n * 2 * d
             unit = kind != "proj"  # unit rows formed, dQ_unit and dK_unit divided
+            one_pass = v["impl"] == "numba" and device_target(shape.device) == "cpu"
+            dy_bytes, dx_bytes = (3.0, 4.0) if one_pass else (7.0, 6.0)
             costs["backward"] = Cost(
                 matmul_flops=2.0 * rows,
                 other_flops=2.0 * rows + g * n * dv + (4.0 if unit else 2.0) * rows_qk,
-                bytes=FLOAT * (7.0 * g * n * dv + (10.0 if unit else 6.0) * rows_qk),
+                bytes=FLOAT * (dy_bytes * g * n * dv + (dx_bytes + 4.0 * unit) * rows_qk),
             )
             if kind in LINEAR:
                 dv_stage, dq_stage, dk_stage = LSH_STAGES

@@ -113,7 +113,7 @@ class NormalisedLSH(torch.autograd.Function):
         q, k, v, q_codes, k_codes, out, norm = ctx.saved_tensors
         tau, ops, how, stage = ctx.tau, ctx.ops, ctx.backward, ctx.stage
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        dy = off_the_row(grad.contiguous(), out).div_(norm)  # through out = y / |y|
+        dy = ops.off_the_row(grad.contiguous(), out, divisor=norm)  # through out = y / |y|
         q_norm, k_norm = row_norms(q), row_norms(k)
         dq = dk = dv = None
         if how.kind == "proj":
@@ -137,25 +137,14 @@ class NormalisedLSH(torch.autograd.Function):
             dq = None if dq is None else dq.div_(q_norm)
             dk = None if dk is None else dk.div_(k_norm)
         # dx = (g - u <u, g>) / |x| with g / |x| in hand: subtract its part along x
-        dq = None if dq is None else off_the_row(dq, q, q_norm, out=dq)
-        dk = None if dk is None else off_the_row(dk, k, k_norm, out=dk)
+        dq = None if dq is None else ops.off_the_row(dq, q, q_norm, out=dq)
+        dk = None if dk is None else ops.off_the_row(dk, k, k_norm, out=dk)
         return (dq, dk, dv) + (None,) * (len(ctx.needs_input_grad) - 3)
 
 
 def row_norms(x: torch.Tensor) -> torch.Tensor:
     """|x| per row [..., 1], at least EPS (as F.normalize)."""
     return torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(EPS)
-
-
-def off_the_row(g, x, norm=None, out=None):
-    """g - x <x, g> / |x|^2 (|x| = `norm`, or 1 when x is a unit row): g less its component
-    along x, the derivative of x / |x| applied to g (times |x|); into `out` if given."""
-    along = (g.unsqueeze(-2) @ x.unsqueeze(-1)).squeeze(-1)  # <x, g> per row
-    if norm is not None:
-        along.div_(norm).div_(norm)
-    if out is None:
-        return torch.addcmul(g, x, along, value=-1.0)
-    return out.addcmul_(x, along, value=-1.0)
 
 
 def _gradients(q, k, v, q_codes, k_codes, dy, tau, ops, how, stage, needs):

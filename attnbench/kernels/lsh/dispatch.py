@@ -89,6 +89,9 @@ class Kernels:
     def normalise_rows(self, y: torch.Tensor, eps: float) -> torch.Tensor:
         return normalise_rows(y, eps)
 
+    def off_the_row(self, g, x, x_norm=None, divisor=None, out=None) -> torch.Tensor:
+        return off_the_row(g, x, x_norm, divisor, out)
+
 
 def normalise_rows(y: torch.Tensor, eps: float) -> torch.Tensor:
     """y (fp32, contiguous) divided by its rows' l2 norms in place; the norms [..., 1],
@@ -98,6 +101,23 @@ def normalise_rows(y: torch.Tensor, eps: float) -> torch.Tensor:
     norms = torch.empty(*y.shape[:-1], 1, dtype=torch.float32)
     cpu.normalise_rows(as_array(y).reshape(-1, y.shape[-1]), eps, as_array(norms).reshape(-1))
     return norms
+
+
+def off_the_row(g, x, x_norm=None, divisor=None, out=None) -> torch.Tensor:
+    """reference.off_the_row: one numba pass a row on the CPU (fp32, contiguous rows),
+    torch's batched product and update elsewhere."""
+    tensors = [t for t in (g, x, x_norm, divisor, out) if t is not None]
+    plain = all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+    if kernel_target(g) != "cpu" or not plain:
+        return reference.off_the_row(g, x, x_norm, divisor, out)
+    if out is None:
+        out = torch.empty_like(g)
+    cols = g.shape[-1]
+    none = torch.empty(0, dtype=torch.float32)
+    x_norms, divisors = (none if t is None else t.reshape(-1) for t in (x_norm, divisor))
+    rows = [as_array(t).reshape(-1, cols) for t in (g, x)]
+    cpu.off_the_row(*rows, as_array(x_norms), as_array(divisors), as_array(out).reshape(-1, cols))
+    return out
 
 
 def cumulation(read_codes, write_codes, values, tau: int, free_bytes: FreeBytes = None):

@@ -116,6 +116,20 @@ def normalise_rows(y: torch.Tensor, eps: float) -> torch.Tensor:
     return norms
 
 
+def off_the_row(g, x, x_norm=None, divisor=None, out=None):
+    """(g - x <x, g> / |x|^2) / divisor per row (|x| = `x_norm`, or 1 when x is a unit row;
+    no division without `divisor`): g less its component along x, the derivative of
+    x / |x| applied to g (times |x|); into `out` if given (it may be g)."""
+    along = (g.unsqueeze(-2) @ x.unsqueeze(-1)).squeeze(-1)  # <x, g> per row
+    if x_norm is not None:
+        along.div_(x_norm).div_(x_norm)
+    if out is None:
+        out = torch.addcmul(g, x, along, value=-1.0)
+    else:
+        out.addcmul_(x, along, value=-1.0)
+    return out if divisor is None else out.div_(divisor)
+
+
 # --- cumulation ----------------------------------------------------------------------
 
 
