@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnbench.backends import get_backend
+from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
 from attnbench.run import runner
 from attnbench.studies.time import TimeSpec
@@ -54,6 +55,7 @@ def main(
 
     total = len(lengths) * len(specs)
     console.print(f"{total} cases: {', '.join(specs)} at n = {lengths[0]}..{lengths[-1]}")
+    steady_allocator()  # as `attnbench time` does; the Ray workers apply it themselves
     set_threads(1)
     local, local_s = _timed(lambda: runner.run(spec(), threads=1))
     console.print(f"local executor: {local_s:.1f} s")
