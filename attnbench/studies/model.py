@@ -40,6 +40,7 @@ from attnbench.backends import Backend
 from attnbench.inputs import Inputs
 from attnbench.measure import is_cuda
 from attnbench.measure.memory import available_bytes, peak_memory
+from attnbench.nn.encoder import Block, ModelConfig
 from attnbench.results.schema import Row
 from attnbench.run.case import Case
 from attnbench.run.executors import CaseInputs, classify, release_memory
@@ -51,57 +52,6 @@ MODE = "train"  # forward, loss, backward, optimizer step: backends need a backw
 VOCAB = 512  # random token ids are drawn from this many
 LEARNING_RATE = 1e-4
 METRICS = ("time_per_instance_ms", "peak_mib_per_instance", "step_ms", "peak_mib", "batch")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    layers: int = 6
-    width: int = 256
-    hidden: int = 1024
-    heads: int = 4
-    vocab: int = VOCAB
-
-    @property
-    def head_dim(self) -> int:
-        return self.width // self.heads
-
-
-# ----------------------------------------------------------------------------- the encoder
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention whose softmax(QK^T/sqrt(d))V is the backend's call."""
-
-    def __init__(self, config: ModelConfig, backend: Backend):
-        super().__init__()
-        self.heads, self.backend = config.heads, backend
-        self.qkv = nn.Linear(config.width, 3 * config.width)
-        self.out = nn.Linear(config.width, config.width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, n, width = x.shape
-        qkv = self.qkv(x).view(batch, n, 3, self.heads, width // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [batch, heads, n, d]
-        y = self.backend(q.contiguous(), k.contiguous(), v.contiguous())
-        return self.out(y.transpose(1, 2).reshape(batch, n, width))
-
-
-class Block(nn.Module):
-    """Pre-LN: x + attention(LN(x)), then x + feed-forward(LN(x))."""
-
-    def __init__(self, config: ModelConfig, backend: Backend):
-        super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
-        self.attention = Attention(config, backend)
-        self.ff = nn.Sequential(
-            nn.Linear(config.width, config.hidden),
-            nn.GELU(),
-            nn.Linear(config.hidden, config.width),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.norm1(x))
-        return x + self.ff(self.norm2(x))
 
 
 class Encoder(nn.Module):
