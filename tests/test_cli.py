@@ -650,7 +650,8 @@ def test_shipped_profiles_parse_into_valid_commands(profile):
     argv = profiles.profile_argv(profile)
     command = typer.main.get_command(cli.app).commands[argv[0]]
     params = command.make_context(argv[0], argv[1:]).params
-    assert params["out" if argv[0] == "maps" else "csv"] is not None  # the figure's data kept
+    kept = {"maps": "out", "train": "log"}.get(argv[0], "csv")
+    assert params[kept] is not None  # the figure's data kept
     if params.get("backends"):
         assert parse_backends(params["backends"])
 

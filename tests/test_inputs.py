@@ -89,7 +89,7 @@ def test_pt_inputs(tmp_path):
     assert load_qkv(path)[0].shape == (2, 3, 5, 4)
 
 
-FAMILIES = ["base", "files", "generated", "images", "models"]
+FAMILIES = ["base", "files", "generated", "images", "models", "trained"]
 
 
 def test_inputs_modules_import_only_downward():
@@ -141,7 +141,8 @@ def test_an_unknown_kind_lists_every_kind():
         Inputs("noise", 1, 1, 4)
     assert str(info.value) == (
         "--inputs: noise is not a .npz or .pt file, nor one of random, clustered, "
-        "clustered:size=N, model:minilm, blobs, image:NAME, svd:NAME, three-blobs"
+        "clustered:size=N, model:yoso-mlm, model:minilm, blobs, image:NAME, svd:NAME, "
+        "three-blobs"
     )
 
 

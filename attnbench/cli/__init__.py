@@ -11,6 +11,7 @@ from attnbench.cli import (  # noqa: F401 (commands)
     quality,
     selftest,
     speed,
+    training,
 )
 from attnbench.cli.core import app, main
 

@@ -23,8 +23,8 @@ progress_console = Console(stderr=True)
 
 # The order `attnbench --help` lists the commands in: studies first, then result files.
 COMMANDS = (
-    "backends", "selftest", "machine", "time", "profile", "model", "error", "maps", "pareto",
-    "plot", "compare", "report",
+    "backends", "selftest", "machine", "time", "profile", "model", "train", "error", "maps",
+    "pareto", "plot", "compare", "report",
 )  # fmt: skip
 
 

@@ -8,7 +8,7 @@ import typer
 from attnbench.cli import core
 from attnbench.errors import UsageError
 
-PROFILE_COMMANDS = ("time", "error", "maps", "model", "profile")
+PROFILE_COMMANDS = ("time", "error", "maps", "model", "profile", "train")
 PROFILE_KEYS = ("command", "options")
 # The profiles that come with attnbench, beside the package in a source checkout.
 SHIPPED = Path(__file__).resolve().parents[2] / "profiles"

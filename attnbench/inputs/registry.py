@@ -25,10 +25,12 @@ from attnbench.inputs.images import (
     ThreeBlobsInputs,
 )
 from attnbench.inputs.models import ModelInputs
+from attnbench.inputs.trained import TrainedInputs
 
 SOURCES: tuple[type[Source], ...] = (
     RandomInputs,
     ClusteredInputs,
+    TrainedInputs,  # before ModelInputs, whose `model:` prefix it shares
     ModelInputs,
     BlobsInputs,
     ImageInputs,

@@ -103,6 +103,22 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(write_temp(Path(path), text), path)
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`atomic_write` for binary data (a checkpoint)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_temp(path: Path, text: str) -> str:
     """`text` in a new hidden temp file beside `path` (`.NAME.XXXXXXXX.tmp`); its name.
 

@@ -1,0 +1,205 @@
+"""Training the byte-level masked language model with YOSO attention (`attnbench train`), its
+checkpoint, and `--inputs model:yoso-mlm`, which reads the trained model's Q, K, V."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import attnbench.cli.core as cli
+import attnbench.inputs.trained as trained
+from attnbench.backends import get_backend
+from attnbench.errors import UsageError
+from attnbench.inputs import Inputs
+from attnbench.nn.corpus import held_out_bytes, training_bytes
+from attnbench.nn.mlm import (
+    MASK,
+    MaskedLM,
+    MLMConfig,
+    checkpoint_bytes,
+    expected_attention,
+    load,
+    sinusoids,
+)
+from attnbench.studies.train import Training, mask_bytes, train
+
+TINY = MLMConfig(layers=2, width=32, hidden=32, heads=2, positions=128)
+TEXT = b"the quick brown fox jumps over the lazy dog. " * 40
+HELD = b"a lazy dog and a quick fox. " * 10
+
+
+def tiny_run(steps: int = 40, **kw) -> Training:
+    backend = get_backend("yoso:m=8,tau=8,seed=3")
+    return Training(backend=backend, config=TINY, steps=steps, tokens=256, lengths=(32, 64),
+                    lr=3e-3, warmup=5, evals=1, **kw)  # fmt: skip
+
+
+def test_masking_follows_bert():
+    ids = torch.randint(256, (64, 256), generator=torch.Generator().manual_seed(0))
+    inputs, targets = mask_bytes(ids, torch.Generator().manual_seed(1))
+    masked = targets >= 0
+    assert 0.13 < masked.float().mean() < 0.17
+    assert torch.equal(targets[masked], ids[masked])
+    assert torch.equal(inputs[~masked], ids[~masked])  # unmasked bytes are left alone
+    as_mask = (inputs[masked] == MASK).float().mean()
+    kept = (inputs[masked] == ids[masked]).float().mean()
+    assert 0.76 < as_mask < 0.84 and 0.07 < kept < 0.14
+
+
+def test_tiny_training_loss_falls_and_is_seeded():
+    model, log = train(tiny_run(), TEXT, HELD)
+    losses = [entry["loss"] for entry in log]
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+    assert 0 < log[-1]["heldout_accuracy"] <= 1 and "heldout_accuracy" not in log[-2]
+    _, again = train(tiny_run(), TEXT, HELD)
+    assert [entry["loss"] for entry in again] == losses
+
+
+def test_expected_attention_is_yoso_e():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 8, generator=gen) for _ in range(3))
+    yoso_e = get_backend("yoso-e:tau=8")
+    torch.testing.assert_close(expected_attention(q, k, v, tau=8), yoso_e(q, k, v))
+
+
+def test_sinusoids_are_defined_at_every_length():
+    table = sinusoids(4096, 8)
+    assert table.shape == (4096, 8) and torch.isfinite(table).all()
+    torch.testing.assert_close(table[:, 1::2] ** 2 + table[:, 0::2] ** 2, torch.ones(4096, 4))
+
+
+@pytest.fixture
+def checkpoint(tmp_path, monkeypatch):
+    """A tiny trained model's checkpoint, read by model:yoso-mlm; returns (path, model)."""
+    model, log = train(tiny_run(steps=6), TEXT, HELD)
+    path = tmp_path / "tiny.pt"
+    path.write_bytes(checkpoint_bytes(model, {"steps": 6}))
+    monkeypatch.setattr(trained, "CHECKPOINT", path)
+    return path, model
+
+
+def test_checkpoint_reproduces_the_models_qkv(checkpoint):
+    path, model = checkpoint
+    model.set_attention(partial(expected_attention, tau=TINY.tau))
+    text = torch.frombuffer(bytearray(held_out_bytes()), dtype=torch.uint8).long()
+    n, seed = 96, 2
+    ids = text[(seed * n + torch.arange(n)) % len(text)][None]
+    want = model.qkv(ids, 1)
+    got = Inputs("model:yoso-mlm:layer=1", 1, 1, 1).draw(n, seed, None)
+    assert [t.shape for t in got] == [(1, 2, n, 16)] * 3
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    one = Inputs("model:yoso-mlm:layer=1,head=1", 1, 1, 1).draw(n, seed, None)
+    torch.testing.assert_close(one[0], want[0][:, 1:2])
+    reloaded, facts = load(path)
+    assert facts == {"steps": 6} and isinstance(reloaded, MaskedLM)
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("model:yoso-mlm:layer=2", "layer must be 0..1"),
+        ("model:yoso-mlm:head=2", "head must be 0..1"),
+        ("model:yoso-mlm:depth=1", "bad option"),
+    ],
+)
+def test_bad_layer_or_head_is_a_usage_error(checkpoint, kind, message):
+    with pytest.raises(UsageError, match=message):
+        Inputs(kind, 1, 1, 1)
+
+
+def test_committed_checkpoint_is_yoso_trained_and_beats_unigram():
+    model, facts = load(trained.CHECKPOINT)
+    assert facts["backend"].startswith("yoso:m=32,tau=8")
+    assert facts["command"] == "attnbench run profiles/yoso-mlm-train.toml"
+    assert facts["heldout_accuracy"] > facts["unigram_accuracy"]
+    assert model.config.positions == 4096 and model.config.width // model.config.heads == 64
+    q, k, v = Inputs("model:yoso-mlm", 1, 1, 1).make(4096, 0, torch.float32, "cpu")
+    assert q.shape == (1, 2, 4096, 64) and torch.isfinite(q).all()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--inputs", "model:yoso-mlm", "--seq", "8192"],
+        ["--inputs", "model:yoso-mlm:layer=4", "--seq", "64"],
+        ["--inputs", "model:yoso-mlm:head=2", "--seq", "64"],
+    ],
+)
+def test_cli_refuses_lengths_and_layers_the_model_lacks(args, tmp_path):
+    result = CliRunner().invoke(
+        cli.app, ["error", "--hashes", "8", *args, "--csv", str(tmp_path / "e.csv")]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert not (tmp_path / "e.csv").exists()
+
+
+def test_error_study_reads_the_trained_model(checkpoint, tmp_path):
+    result = CliRunner().invoke(
+        cli.app,
+        ["error", "--inputs", "model:yoso-mlm", "--seq", "32,64", "--hashes", "8",
+         "--trials", "1", "--mc-seeds", "1", "--csv", str(tmp_path / "e.csv")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(tmp_path / "e.csv")
+    assert set(rows["seq"]) == {32, 64} and (rows["dim"] == 16).all()
+    assert rows["inputs"].str.contains("contiguous text").all()
+
+
+TRAIN_ARGS = ["--steps", "3", "--evals", "1", "--lengths", "32,64", "--tokens", "128",
+              "--layers", "1", "--width", "16", "--heads", "1", "--hidden", "16"]  # fmt: skip
+
+
+def test_train_command_writes_checkpoint_log_and_plot(tmp_path, monkeypatch):
+    monkeypatch.setattr("attnbench.nn.corpus.training_bytes", lambda: TEXT)
+    out, log, plot = tmp_path / "m.pt", tmp_path / "log.csv", tmp_path / "loss.png"
+    result = CliRunner().invoke(
+        cli.app, ["train", *TRAIN_ARGS, "--out", str(out), "--log", str(log), "--plot", str(plot)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "unigram" in result.output and plot.stat().st_size > 0
+    frame = pd.read_csv(log)
+    assert list(frame["step"]) == [1, 2, 3] and list(frame["n"]) == [32, 64, 32]
+    model, facts = load(out)
+    assert facts["steps"] == 3 and facts["training_bytes"] == len(TEXT)
+    assert model.config.layers == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "softmax"], "YOSO backend"),
+        (["--lengths", "8192"], "at most 4096"),
+        (["--width", "10", "--heads", "3"], "multiple of --heads"),
+        (["--out", "model.bin"], "must end in"),
+    ],
+)
+def test_train_command_refuses_bad_options(args, message, tmp_path):
+    result = CliRunner().invoke(cli.app, ["train", *TRAIN_ARGS, *args], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_interrupted_training_writes_nothing(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("attnbench.studies.train.train", interrupted)
+    out = tmp_path / "m.pt"
+    result = CliRunner().invoke(cli.app, ["train", *TRAIN_ARGS, "--out", str(out),
+                                          "--log", str(tmp_path / "l.csv"), "--plot",
+                                          str(tmp_path / "p.png")])  # fmt: skip
+    assert result.exit_code == 130
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_corpus_holds_out_documentation_it_never_trains_on():
+    held = held_out_bytes()
+    assert len(held) > 3 * 4096  # three trials of the longest Fig. 8 input
+    assert held not in training_bytes()
