@@ -136,3 +136,36 @@ def test_synthetic_model_table(tmp_path):
     assert "| backend | n | batch | time / instance | peak MiB / instance | step | status |" in text
     assert "| `yoso-32` | 512 | 8 | 125 ms | 40.5 | 1 s | ok |" in text
     assert "| `softmax` | 512 | – | – | – | – | oom (out of memory at batch 1) |" in text
+
+
+def _slope_rows(inputs, slopes):
+    base = dict(study="error", impl="numba", device="cpu", dtype="float32", mode="fwd")
+    base.update(batch=1, heads=1, seq=4096, dim=8, unit="rad per doubling of n", status="ok")
+    return [
+        dict(
+            base,
+            backend=f"yoso:m={m}",
+            inputs=inputs,
+            m=m,
+            value=value,
+            std=0.01,
+            metric="radian_slope_log2n_vs_yoso_e",
+        )  # fmt: skip
+        for m, value in slopes.items()
+    ]
+
+
+def test_fig8_slopes_side_by_side_and_script_tables(tmp_path):
+    pd.DataFrame(_slope_rows("random", {8: 0.5, 32: 0.25})).to_csv(
+        tmp_path / "yoso-a.csv", index=False
+    )
+    pd.DataFrame(_slope_rows("clustered", {8: -0.125})).to_csv(tmp_path / "yoso-b.csv", index=False)
+    (tmp_path / "yoso-why.csv").write_text("inputs,n,share\nrandom,64,0.123456\n")
+    text = render_report("yoso.md", sorted(tmp_path.glob("*.csv")))
+    section = text[text.index("## Fig. 8 slopes side by side") :]
+    assert "| m | `yoso-a` | `yoso-b` |" in section
+    assert "| 8 | 0.5 ± 0.01 | -0.125 ± 0.01 |" in section
+    assert "| 32 | 0.25 ± 0.01 | – |" in section
+    assert "## yoso-why" in text and "| random | 64 | 0.123 |" in text
+    one = render_report("yoso.md", [tmp_path / "yoso-a.csv"])
+    assert "side by side" not in one  # nothing to set beside a single file

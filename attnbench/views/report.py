@@ -18,6 +18,9 @@ import numpy as np
 import pandas as pd
 
 from attnbench.results.read import read_rows
+from attnbench.views.cells import missing as _missing
+from attnbench.views.cells import number as _num
+from attnbench.views.summaries import SLOPE, SLOPE_NOTE, plain_table, slope_table
 from attnbench.views.tables import inapplicable
 
 REPORTS = {
@@ -59,7 +62,8 @@ def write_reports(plots: Path, out: Path) -> list[Path]:
 
 def render_report(report: str, csvs: list[Path]) -> str:
     """One Markdown document: a section per result file of this report, in file-name order.
-    CSVs that are not study results (a benchmark script's own table) are listed, not tabled."""
+    Files with Fig. 8's slope get a table of it side by side; CSVs that are not study
+    results (a benchmark script's own table) are tabled as they are, after the rest."""
     lines = [
         f"# {TITLES[report]}",
         "",
@@ -68,7 +72,7 @@ def render_report(report: str, csvs: list[Path]) -> str:
         "median over the backend's, in the same run and case. Errors are mean ± std over trials.",
         "",
     ]
-    other = []
+    other, slopes = [], {}
     for path in csvs:
         if report_for(path.name) != report:
             continue
@@ -80,13 +84,18 @@ def render_report(report: str, csvs: list[Path]) -> str:
                 if path.name in str(exc):
                     raise
                 raise ValueError(f"{path.name}: {exc}") from None
-            other.append(path.name)
+            other.append(path)
             continue
         lines += render_file(path, frame)
-    if other:
-        lines += ["## Other tables", ""]
-        lines += [f"- `plots/{name}` (written by a script in `benchmarks/`)" for name in other]
-        lines.append("")
+        if "metric" in frame and (frame["metric"] == SLOPE).any():
+            slopes[path.stem] = frame[frame["metric"] == SLOPE]
+    if len(slopes) > 1:
+        lines += ["## Fig. 8 slopes side by side", "", SLOPE_NOTE, ""]
+        lines += markdown_table(*slope_table(slopes)) + [""]
+    for path in other:
+        lines += [f"## {path.stem}", "", f"`plots/{path.name}`, written by a script in "
+                  "`benchmarks/` (its docstring says what the columns are).", ""]  # fmt: skip
+        lines += markdown_table(*plain_table(pd.read_csv(path))) + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -352,26 +361,3 @@ def _ms(value) -> str:
         return "–"
     value = float(value)
     return f"{value / 1000:.3g} s" if value >= 1000 else f"{_num(value)} ms"
-
-
-def _num(value) -> str:
-    """Three significant digits, no exponent for the values a study reports."""
-    if _missing(value):
-        return "–"
-    value = float(value)
-    if value == 0:
-        return "0"
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    if abs(value) < 1e-3:
-        return f"{value:.1e}"
-    return f"{value:.3g}"
-
-
-def _missing(value) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
