@@ -11,14 +11,13 @@ import typer
 from attnbench.cli import core
 from attnbench.errors import UsageError
 
-CHECKPOINT = Path("attnbench/inputs/data/yoso-mlm.pt")
 LOG_EVERY = 100  # steps between progress lines when stderr is a log, not a terminal
 
 
 @core.app.command()
 def train(
     backend: str = typer.Option("yoso:m=32,tau=8", help="the YOSO backend to train with"),
-    steps: int = typer.Option(3000, min=1, help="optimizer steps"),
+    steps: int = typer.Option(4000, min=1, help="optimizer steps"),
     tokens: int = typer.Option(8192, min=1, help="bytes per step (batch x length)"),
     lengths: str = typer.Option(
         "256,512,1024,2048,4096", help="sequence lengths, taken in turn step by step"
@@ -30,10 +29,10 @@ def train(
     hidden: int = typer.Option(512, min=1, help="feed-forward width"),
     evals: int = typer.Option(4, min=1, help="evaluations on the held-out text"),
     seed: int = typer.Option(0, min=0),
-    out: Path = typer.Option(CHECKPOINT, help="the checkpoint (.pt)"),
-    log: Path = typer.Option(Path("plots/train-yoso-mlm.csv"), help="the training log (.csv)"),
+    out: Path = typer.Option(Path("yoso-mlm.pt"), help="the checkpoint (.pt)"),
+    log: Path = typer.Option(Path("train-yoso-mlm.csv"), help="the training log (.csv)"),
     plot: Path | None = typer.Option(
-        Path("plots/train-yoso-mlm.png"), help="the loss curve (.png, .svg or .pdf)"
+        Path("train-yoso-mlm.png"), help="the loss curve (.png, .svg or .pdf)"
     ),
 ) -> None:
     """Train a small byte-level masked language model with YOSO attention on Python's

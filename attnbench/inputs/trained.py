@@ -20,7 +20,7 @@ from attnbench.nn.mlm import read
 
 NAME = "model:yoso-mlm"
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "yoso-mlm.pt"
-DEFAULT_LAYER = 2  # 0-based, of 4: past the first layers, whose attention is mostly local
+DEFAULT_LAYER = 2  # 0-based, of 4: a middle layer, past the embedding-like first ones
 OPTIONS = ("layer", "head")
 
 

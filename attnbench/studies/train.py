@@ -61,7 +61,7 @@ class Training:
 
     backend: Backend
     config: MLMConfig = field(default_factory=MLMConfig)
-    steps: int = 3000
+    steps: int = 4000
     tokens: int = 8192
     lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     lr: float = 1e-3
