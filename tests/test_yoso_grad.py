@@ -80,6 +80,23 @@ def test_expected_backward_uses_the_collision_probability():
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_expected_backward_sends_nothing_through_rows_without_a_collision(impl):
+    """A query row no hash collides in has Y_i = 0, and its normalisation divides dY_i by
+    EPS: with E on that row, dQ reached ~1e11. Its dQ is zero, as with backward=dense."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 64, 16, generator=gen).requires_grad_(True) for _ in range(3))
+    grad_out = torch.randn(1, 1, 64, 16, generator=gen)
+    backend = get_backend(f"yoso:m=8,tau=8,seed=0,impl={impl},backward=expected")
+    backend(q, k, v).backward(grad_out)
+    q_codes, k_codes, _ = backend.codes(q, k)
+    lonely = ref.collision_frequency(q_codes, k_codes).sum(-1)[0] == 0
+    assert lonely.any()  # the seed draws rows with no collision
+    assert (q.grad[0, 0, lonely] == 0).all()
+    for t in (q, k, v):
+        assert t.grad.abs().max() < 10
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_lower_bound_backward_approaches_the_expected_one(impl):
     """With many hashes, the collision-based estimate converges to the expectation."""
     tensors = leaves(b=1, h=1, n=9, d=4, dv=3, seed=5)

@@ -16,7 +16,8 @@ computed by one of:
   weighted by core.star_ratio, dE/dx over the collision probability E, so the expectation
   is eq. (3) with the cosine clamped to +-core.STAR_CLIP.
 - "dense": eq. (4) with C built as an n x n matrix from the same codes (O(n^2), a check);
-  "expected": eq. (4) with E = (1 - theta/pi)^tau instead of C (O(n^2)).
+  "expected": eq. (4) with E = (1 - theta/pi)^tau instead of C (O(n^2)), on the query
+  rows that collide at least once (a row with none gets no gradient, as with "dense").
 "pairs" and "star" visit at most `bound` write rows of a bucket per read row and hash;
 larger buckets are subsampled with a stride and reweighted (core.bound_stride).
 `LSHCumulation` takes unit rows and leaves the normalisations of Q, K and the output to
@@ -217,12 +218,19 @@ _LINEAR_GRADIENTS = {"lsh": _lsh, "proj": _proj, "pairs": _pairs, "star": _pairs
 
 
 def dense_backward(q, k, v, q_codes, k_codes, dy, tau: int, kind: str = "dense"):
-    """The lower-bound gradients with an explicit n x n weight matrix (O(n^2) memory)."""
+    """The lower-bound gradients with an explicit n x n weight matrix (O(n^2) memory).
+
+    "expected" keeps E only on query rows that collide with some key in some hash: a row
+    with no collision has Y_i = 0, whose normalisation divides dY_i by EPS, and "dense"
+    (C_i = 0) sends nothing through it, so neither does "expected"."""
     if kind == "dense":
         c = reference.collision_frequency(q_codes, k_codes).to(dy.dtype)
     else:
         cos = (q @ k.transpose(-1, -2)).clamp(-1.0, 1.0)
         c = (1.0 - torch.arccos(cos) / math.pi) ** tau
+        ones = torch.ones(*k_codes.shape[:2], 1, dtype=dy.dtype, device=dy.device)
+        collides = reference.cumulation(q_codes, k_codes, ones, tau) > 0  # [G, n_q, 1]
+        c = c * collides.to(c.dtype)
     dv = c.transpose(-1, -2) @ dy
     w = (tau / 2) * (dy @ v.transpose(-1, -2)) * c
     return w @ k, w.transpose(-1, -2) @ q, dv
