@@ -1,8 +1,10 @@
-"""Training the byte-level masked language model with YOSO attention (`attnbench train`), its
-checkpoint, and `--inputs model:yoso-mlm`, which reads the trained model's Q, K, V."""
+"""Training the byte-level masked language model with any backend (`attnbench train`), its
+held-out evaluation and baselines, its checkpoint, and `--inputs model:yoso-mlm`, which reads
+a YOSO-trained model's Q, K, V."""
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import pandas as pd
@@ -25,17 +27,25 @@ from attnbench.nn.mlm import (
     load,
     sinusoids,
 )
-from attnbench.studies.train import Training, mask_bytes, train
+from attnbench.studies.train import (
+    EVAL_SEED,
+    HeldOut,
+    Training,
+    mask_bytes,
+    position_kinds,
+    score,
+    seen_in_training,
+    train,
+)
 
 TINY = MLMConfig(layers=2, width=32, hidden=32, heads=2, positions=128)
 TEXT = b"the quick brown fox jumps over the lazy dog. " * 40
 HELD = b"a lazy dog and a quick fox. " * 10
 
 
-def tiny_run(steps: int = 40, **kw) -> Training:
-    backend = get_backend("yoso:m=8,tau=8,seed=3")
-    return Training(backend=backend, config=TINY, steps=steps, tokens=256, lengths=(32, 64),
-                    lr=3e-3, warmup=5, evals=1, **kw)  # fmt: skip
+def tiny_run(steps: int = 40, backend: str = "yoso:m=8,tau=8,seed=3", **kw) -> Training:
+    return Training(backend=get_backend(backend), config=TINY, steps=steps, tokens=256,
+                    lengths=(32, 64), lr=3e-3, warmup=5, evals=1, **kw)  # fmt: skip
 
 
 def test_masking_follows_bert():
@@ -57,6 +67,71 @@ def test_tiny_training_loss_falls_and_is_seeded():
     assert 0 < log[-1]["heldout_accuracy"] <= 1 and "heldout_accuracy" not in log[-2]
     _, again = train(tiny_run(), TEXT, HELD)
     assert [entry["loss"] for entry in again] == losses
+
+
+# the backends of the training-parity profile, and the rest of those with a backward
+TRAINABLE = [
+    "softmax", "sdpa", "yoso:m=8,tau=8,backward=proj", "yoso:m=8,tau=8,backward=pairs",
+    "yoso:m=8,tau=8,backward=star", "yoso:m=8,tau=8,backward=lsh", "yoso-e:tau=8",
+    "nystromformer:landmarks=8", "performer:features=16", "linformer:k=16", "reformer",
+    "longformer:window=8", "sparse-fixed",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", TRAINABLE)
+def test_every_backend_with_a_backward_trains(backend):
+    _, log = train(tiny_run(steps=3, backend=backend), TEXT, HELD)
+    assert all(math.isfinite(entry["loss"]) for entry in log)
+    assert math.isfinite(log[-1]["heldout_mask_loss"]) and log[-1]["seconds"] > 0
+
+
+class Copier(torch.nn.Module):
+    """Logits that put all but a little weight on the input byte (MASK: on byte 0)."""
+
+    def forward(self, ids):
+        logits = torch.zeros(*ids.shape, 257)
+        logits.scatter_(-1, torch.where(ids == MASK, 0, ids)[..., None], 10.0)
+        return logits
+
+
+def test_score_counts_each_kind_and_the_baselines_by_hand():
+    text, held_text = b"aab" * 50, b"abcab" * 40  # "a" most frequent; "c" never trained on
+    held = HeldOut.of(text, held_text)
+    assert held.most_frequent == ord("a") and not held.seen.any()  # no chunk seen
+    got = score(Copier(), held, 50)
+    # score masks window by window with EVAL_SEED's generator; redo it the same way
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    rows = [mask_bytes(w[None], gen) for w in held.ids.view(-1, 50)]
+    inputs = torch.cat([r[0] for r in rows]).view(-1)
+    targets = torch.cat([r[1] for r in rows]).view(-1)
+    kinds = position_kinds(inputs, targets)
+    counts = {k: int(w.sum()) for k, w in kinds.items()}
+    assert min(counts.values()) > 0
+    high = math.log(math.exp(10.0) + 256) - 10.0  # loss where the copied byte is the target
+    low = math.log(math.exp(10.0) + 256)  # loss elsewhere
+    assert got["kept_accuracy"] == 1.0 and got["random_accuracy"] == 0.0
+    assert got["kept_loss"] == pytest.approx(high, rel=1e-4)
+    assert got["random_loss"] == pytest.approx(low, rel=1e-5)
+    mask_targets = targets[kinds["mask"]]
+    assert got["mask_accuracy"] == 0.0  # byte 0 never occurs
+    assert got["mask_loss"] == pytest.approx(low, rel=1e-5)
+    counts_text = torch.bincount(torch.tensor(list(text)), minlength=256).double() + 1
+    unigram = -(counts_text / counts_text.sum()).log()[mask_targets].mean()
+    assert got["unigram_mask_loss"] == pytest.approx(float(unigram))
+    share_a = float((mask_targets == ord("a")).double().mean())
+    assert got["unigram_mask_accuracy"] == pytest.approx(share_a)
+    masked = targets >= 0
+    guess = torch.where(inputs == MASK, ord("a"), inputs)
+    assert got["copy_accuracy"] == pytest.approx(float((guess == targets)[masked].double().mean()))
+    assert got["seen_share"] == 0.0 and got["scored"] == int(masked.sum())
+
+
+def test_held_out_text_seen_in_training_is_left_out():
+    held_text = b"x" * 32 + b"never seen in training, this..." + b"tail"
+    seen = seen_in_training(held_text, b"abc" + b"x" * 40 + b"tail")
+    assert seen[:32].all() and not seen[32:64].any() and seen[64:].all()
+    held = HeldOut.of(b"x" * 40 + b"y", b"x" * 64)  # every chunk seen: nothing is scored
+    assert score(Copier(), held, 32)["seen_share"] == 1.0
 
 
 def test_expected_attention_is_yoso_e():
@@ -156,8 +231,13 @@ TRAIN_ARGS = ["--steps", "3", "--evals", "1", "--lengths", "32,64", "--tokens", 
               "--layers", "1", "--width", "16", "--heads", "1", "--hidden", "16"]  # fmt: skip
 
 
-def test_train_command_writes_checkpoint_log_and_plot(tmp_path, monkeypatch):
+@pytest.fixture
+def small_text(monkeypatch):
     monkeypatch.setattr("attnbench.nn.corpus.training_bytes", lambda: TEXT)
+    monkeypatch.setattr("attnbench.nn.corpus.held_out_bytes", lambda: HELD)
+
+
+def test_train_command_writes_checkpoint_log_and_plot(tmp_path, small_text):
     out, log, plot = tmp_path / "m.pt", tmp_path / "log.csv", tmp_path / "loss.png"
     result = CliRunner().invoke(
         cli.app, ["train", *TRAIN_ARGS, "--out", str(out), "--log", str(log), "--plot", str(plot)]
@@ -168,13 +248,34 @@ def test_train_command_writes_checkpoint_log_and_plot(tmp_path, monkeypatch):
     assert list(frame["step"]) == [1, 2, 3] and list(frame["n"]) == [32, 64, 32]
     model, facts = load(out)
     assert facts["steps"] == 3 and facts["training_bytes"] == len(TEXT)
-    assert model.config.layers == 1
+    assert model.config.layers == 1 and model.config.rotary
+
+
+def test_train_command_sets_backends_side_by_side(tmp_path, small_text):
+    log, plot = tmp_path / "log.csv", tmp_path / "parity.png"
+    out = tmp_path / "m.pt"
+    result = CliRunner().invoke(
+        cli.app,
+        ["train", *TRAIN_ARGS, "--backends", "softmax,yoso:m=8,tau=8,backward=pairs",
+         "--out", str(out), "--log", str(log), "--plot", str(plot)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(log)
+    assert list(frame["backend"].unique()) == [
+        "softmax",
+        get_backend("yoso:m=8,tau=8,backward=pairs").spec,
+    ]
+    assert (frame.groupby("backend")["step"].max() == 3).all()
+    softmax_model, facts = load(tmp_path / "m-softmax.pt")
+    assert facts["backend"] == "softmax" and softmax_model.config.tau is None
+    assert len(list(tmp_path.glob("m-yoso-*.pt"))) == 1 and plot.stat().st_size > 0
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--backend", "softmax"], "YOSO backend"),
+        (["--backend", "scram"], "has no backward pass"),
+        (["--backends", "softmax,scram-mh"], "has no backward pass"),
         (["--lengths", "8192"], "at most 4096"),
         (["--width", "10", "--heads", "3"], "multiple of --heads"),
         (["--out", "model.bin"], "must end in"),

@@ -2,14 +2,20 @@
 attention and whose queries, keys and values `--inputs model:yoso-mlm` reads.
 
 Tokens are the bytes of UTF-8 text (256 ids) plus MASK, so no tokenizer is needed and the
-embedding stays small. Positions are sinusoidal (no parameters), defined at every length up
-to `positions`, so the model reads any n <= positions as one contiguous sequence. Blocks are
-the pre-LN blocks of `attnbench.nn.encoder`; logits go through the tied byte embedding.
+embedding stays small. Positions are rotary (RoPE, Su et al. 2021) by default: q and k are
+rotated by their position before the attention call, so a query's similarity to a key
+depends on their offset and a head can attend to its neighbours from the first steps, under
+any backend (a rotation keeps a row's length, so YOSO's angular hashes see it too). A model
+with `rotary=False` adds sinusoidal positions to the embedding instead. Either way no
+parameter depends on n, so the model reads any n <= positions as one contiguous sequence.
+Blocks are the pre-LN blocks of `attnbench.nn.encoder`; logits go through the tied byte
+embedding.
 
-The attention is a callable: training passes a YOSO backend (hashes sampled per call);
-inference passes YOSO's expectation (`expected_attention`), deterministic, as the YOSO paper
-takes the expectation at inference. A checkpoint holds the configuration, the weights and
-the facts of its training; `load` rebuilds the model from it alone.
+The attention is a callable: training passes a backend (a YOSO backend samples its hashes
+per call); a YOSO-trained model infers with YOSO's expectation (`expected_attention`),
+deterministic, as the YOSO paper takes the expectation at inference. A checkpoint holds the
+configuration, the weights and the facts of its training; `load` rebuilds the model from it
+alone.
 """
 
 from __future__ import annotations
@@ -32,14 +38,15 @@ VOCAB = 257
 @dataclass(frozen=True)
 class MLMConfig:
     """The masked language model's shape; `tau` is the YOSO tau it was trained with (the
-    expectation at inference must use the same)."""
+    expectation at inference must use the same), None for a model trained without YOSO."""
 
     layers: int = 4
     width: int = 128
     hidden: int = 512
     heads: int = 2
     positions: int = 4096
-    tau: int = 8
+    tau: int | None = 8
+    rotary: bool = True
 
     @property
     def blocks(self) -> ModelConfig:
@@ -54,6 +61,28 @@ def sinusoids(n: int, width: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(position * rates)
     table[:, 1::2] = torch.cos(position * rates)
     return table.float()
+
+
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """RoPE on [..., n, d] rows: the pair (x_c, x_{c + d/2}) of row t is rotated by the angle
+    t * 10000^(-2c/d), so <rotate(q)_i, rotate(k)_j> depends on i - j, not on i and j."""
+    n, d = x.shape[-2], x.shape[-1]
+    half = d // 2
+    rates = 1e4 ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
+    angles = torch.arange(n, dtype=torch.float64, device=x.device)[:, None] * rates
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
+    return torch.cat([first * cos - second * sin, first * sin + second * cos, rest], -1)
+
+
+class Rotary:
+    """An attention callable that rotates q and k by position (RoPE) before `attend`."""
+
+    def __init__(self, attend: Attend):
+        self.attend = attend
+
+    def __call__(self, q, k, v):
+        return self.attend(rotate(q), rotate(k), v)
 
 
 def expected_attention(q, k, v, tau: int) -> torch.Tensor:
@@ -71,6 +100,8 @@ class MaskedLM(nn.Module):
         super().__init__()
         self.config = config
         attend = attend or partial(expected_attention, tau=config.tau)
+        if config.rotary:
+            attend = Rotary(attend)
         # unit-norm byte and position vectors, so neither drowns the other and the tied
         # logits start near zero
         self.tokens = nn.Embedding(VOCAB, config.width)
@@ -82,12 +113,16 @@ class MaskedLM(nn.Module):
 
     def set_attention(self, attend: Attend) -> None:
         """Route every block's attention through `attend` (e.g. the expectation to infer)."""
+        if self.config.rotary:
+            attend = Rotary(attend)
         for block in self.blocks:
             block.attention.backend = attend
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.shape[1] > self.config.positions:
             raise ValueError(f"{ids.shape[1]} tokens; the model has {self.config.positions}")
+        if self.config.rotary:
+            return self.tokens(ids)
         return self.tokens(ids) + self.positions[: ids.shape[1]]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -104,7 +139,10 @@ class MaskedLM(nn.Module):
         for block in self.blocks[:layer]:
             x = block(x)
         block = self.blocks[layer]
-        return [t.contiguous() for t in block.attention.project(block.norm1(x))]
+        q, k, v = block.attention.project(block.norm1(x))
+        if self.config.rotary:
+            q, k = rotate(q), rotate(k)
+        return [t.contiguous() for t in (q, k, v)]
 
 
 def checkpoint_bytes(model: MaskedLM, facts: dict) -> bytes:
@@ -130,6 +168,7 @@ def read(path: Path) -> dict:
 def load(path: Path) -> tuple[MaskedLM, dict]:
     """The model a checkpoint holds, attending through the expectation, and its facts."""
     saved = read(path)
-    model = MaskedLM(MLMConfig(**saved["config"]))
+    # a checkpoint from before rotary positions has no `rotary` key: it added sinusoids
+    model = MaskedLM(MLMConfig(**{"rotary": False, **saved["config"]}))
     model.load_state_dict(saved["state"])
     return model.eval(), saved["facts"]

@@ -1,16 +1,28 @@
 """Training the byte-level masked language model (`attnbench.nn.mlm`) with an attention
-backend, YOSO in the paper's setting, so that its Q, K, V are those of a YOSO-trained model.
+backend: any backend with a backward pass, so that models trained with different attentions
+can be set side by side (training parity), and YOSO's Q, K, V can be read from a model
+trained with YOSO.
 
 Objective: BERT's masked language modelling. Each step masks MASK_SHARE of the bytes; of
 those, 80 % become MASK, 10 % a random byte and 10 % stay, and the loss is the cross-entropy
 on the masked bytes alone. Step s reads `tokens` bytes as batch = tokens / n sequences of
-length n = lengths[s mod len(lengths)], each from a random offset of the training text, so
-the model sees every length it will be read at, up to its positions. Adam with a linear
-warm-up and a cosine decay, gradients clipped at norm 1.
+length n = lengths[s mod len(lengths)], each from a random offset of the training text.
+Adam with a linear warm-up and a cosine decay, gradients clipped at norm 1. A step's
+`seconds` count training alone (evaluation excluded), so curves against wall time compare
+backends' training costs.
 
-Evaluation reads the held-out text (never trained on) in contiguous windows of EVAL_LENGTH
-bytes with masks drawn from a fixed seed, so every evaluation scores the same positions;
-the unigram baseline predicts the training text's most frequent byte everywhere.
+Evaluation reads the held-out text (never trained on) in contiguous windows of the longest
+training length, with masks drawn from a fixed seed, so every evaluation scores the same
+positions. The headline is the loss on [MASK] positions: at a kept or random byte the input
+itself is a strong hint (a model that copies its input scores 0.98 on kept bytes), so only
+[MASK] positions show what the model learned from context. The three kinds of masked
+position are scored apart. Held-out bytes inside a SNIPPET-byte chunk that also occurs
+verbatim in the training text are not scored (their share is reported): a model could
+recall them rather than infer them. Baselines on the same positions: the unigram model
+(the training text's byte frequencies: its loss, and the accuracy of its most frequent
+byte) and copy-or-most-frequent (the input byte unless it is MASK, else the most frequent).
+A YOSO-trained model is scored with YOSO's expectation (the paper's inference) and with its
+sampled attention; any other model with its own backend.
 
 Everything random is drawn from `seed` (and the backend's own seed), so the same command on
 the same software gives the same losses.
@@ -31,8 +43,10 @@ from attnbench.backends import Backend
 from attnbench.nn.mlm import MASK, MaskedLM, MLMConfig, expected_attention
 
 MASK_SHARE = 0.15
-EVAL_LENGTH = 4096
+EVAL_LENGTH = 4096  # the longest evaluation window
 EVAL_SEED = 12345
+SNIPPET = 32  # bytes of a held-out chunk looked up verbatim in the training text
+KINDS = ("mask", "random", "kept")  # masked positions by what the input shows there
 
 
 def mask_bytes(ids: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,32 +95,109 @@ class Training:
         return {round(self.steps * (i + 1) / self.evals) for i in range(self.evals)}
 
 
+def seen_in_training(held_out: bytes, text: bytes) -> torch.Tensor:
+    """Per held-out byte: whether its SNIPPET-byte chunk (chunks from the start, the last one
+    shorter) occurs verbatim in the training text."""
+    seen = torch.zeros(len(held_out), dtype=torch.bool)
+    for start in range(0, len(held_out), SNIPPET):
+        chunk = held_out[start : start + SNIPPET]
+        seen[start : start + len(chunk)] = text.find(chunk) >= 0
+    return seen
+
+
 @dataclass
-class Score:
-    """Masked-byte loss and accuracy over the held-out text, and the unigram baseline's."""
+class HeldOut:
+    """The held-out text as ids, which of its bytes are seen in training, and the training
+    text's byte log-frequencies (add-one), the unigram baseline."""
 
-    loss: float
-    accuracy: float
-    unigram_accuracy: float
-    masked: int
+    ids: torch.Tensor
+    seen: torch.Tensor
+    unigram: torch.Tensor  # [256] log-probabilities
+
+    @classmethod
+    def of(cls, text: bytes, held_out: bytes) -> HeldOut:
+        counts = torch.bincount(as_ids(text), minlength=256).double() + 1
+        unigram = (counts / counts.sum()).log()
+        return cls(as_ids(held_out), seen_in_training(held_out, text), unigram)
+
+    @property
+    def most_frequent(self) -> int:
+        return int(self.unigram.argmax())
 
 
-def score(model: MaskedLM, held_out: torch.Tensor, unigram: int, length: int) -> Score:
-    """Masked-byte loss and accuracy over the held-out text in windows of `length`, with
-    the masks of EVAL_SEED, under the model's current attention."""
+def position_kinds(inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Masked positions by kind: the input shows MASK, a byte not the target ("random"), or
+    the target ("kept"; a random byte that happens to be the target counts here: the model
+    cannot tell them apart)."""
+    masked = targets >= 0
+    return {
+        "mask": masked & (inputs == MASK),
+        "random": masked & (inputs != MASK) & (inputs != targets),
+        "kept": masked & (inputs == targets),
+    }
+
+
+def score(model: MaskedLM, held: HeldOut, length: int) -> dict[str, float]:
+    """Held-out scores under the model's current attention, windows of `length`, masks of
+    EVAL_SEED, unseen positions only: `<kind>_loss` and `<kind>_accuracy` per kind of masked
+    position and over all of them (`loss`, `accuracy`); the unigram baseline's loss and
+    accuracy on [MASK] positions; copy-or-most-frequent's accuracy over all masked
+    positions; and `seen_share`, the masked positions left out as seen in training."""
     gen = torch.Generator().manual_seed(EVAL_SEED)
-    usable = held_out[: len(held_out) // length * length].view(-1, length)
-    losses, hits, base, count = 0.0, 0, 0, 0
+    usable = len(held.ids) // length * length
+    windows, seen = held.ids[:usable].view(-1, length), held.seen[:usable].view(-1, length)
+    sums: dict[str, float] = {}
+
+    def add(key: str, value) -> None:
+        sums[key] = sums.get(key, 0.0) + float(value)
+
     with torch.no_grad():
-        for window in usable:
+        for window, window_seen in zip(windows, seen, strict=True):
             inputs, targets = mask_bytes(window[None], gen)
-            logits = model(inputs)[0]
-            where = targets[0] >= 0
-            losses += F.cross_entropy(logits[where], targets[0][where], reduction="sum").item()
-            hits += (logits[where].argmax(-1) == targets[0][where]).sum().item()
-            base += (targets[0][where] == unigram).sum().item()
-            count += int(where.sum())
-    return Score(losses / count, hits / count, base / count, count)
+            inputs, targets = inputs[0], targets[0]
+            add("masked", (targets >= 0).sum())
+            targets = torch.where(window_seen, torch.full_like(targets, -100), targets)
+            logits = model(inputs[None])[0]
+            nll = F.cross_entropy(logits, targets.clamp_min(0), reduction="none")
+            hit = logits.argmax(-1) == targets
+            kinds = position_kinds(inputs, targets)
+            for kind, where in kinds.items():
+                add(f"{kind}_count", where.sum())
+                add(f"{kind}_loss", nll[where].sum())
+                add(f"{kind}_hits", hit[where].sum())
+            where = kinds["mask"]
+            add("unigram_loss", -held.unigram[targets[where]].sum())
+            add("unigram_hits", (targets[where] == held.most_frequent).sum())
+            guess = torch.where(inputs == MASK, held.most_frequent, inputs)
+            add("copy_hits", (guess == targets)[targets >= 0].sum())
+    counts = {kind: max(sums[f"{kind}_count"], 1.0) for kind in KINDS}
+    scored = sum(sums[f"{kind}_count"] for kind in KINDS)
+    total = max(scored, 1.0)
+    out = {}
+    for kind in KINDS:
+        out[f"{kind}_loss"] = sums[f"{kind}_loss"] / counts[kind]
+        out[f"{kind}_accuracy"] = sums[f"{kind}_hits"] / counts[kind]
+    out["loss"] = sum(sums[f"{kind}_loss"] for kind in KINDS) / total
+    out["accuracy"] = sum(sums[f"{kind}_hits"] for kind in KINDS) / total
+    out["unigram_mask_loss"] = sums["unigram_loss"] / counts["mask"]
+    out["unigram_mask_accuracy"] = sums["unigram_hits"] / counts["mask"]
+    out["copy_accuracy"] = sums["copy_hits"] / total
+    out["seen_share"] = 1.0 - scored / max(sums["masked"], 1.0)
+    out["scored"] = scored
+    return out
+
+
+def is_yoso(backend: Backend) -> bool:
+    """A YOSO-m backend: its model infers with YOSO's expectation at its tau."""
+    return backend.name == "yoso"
+
+
+def config_for(backend: Backend, config: MLMConfig) -> MLMConfig:
+    """The model's config with the tau its inference needs (None but for YOSO)."""
+    from dataclasses import replace
+
+    tau = backend.values.get("tau") if is_yoso(backend) else None
+    return replace(config, tau=tau)
 
 
 def train(
@@ -119,15 +210,16 @@ def train(
     scores on the evaluation steps). `on_step` sees each entry as it is made."""
     torch.manual_seed(run.seed)
     gen = torch.Generator().manual_seed(run.seed)
-    ids, held = as_ids(text), as_ids(held_out)
+    ids = as_ids(text)
     if max(run.lengths) > min(len(ids), run.config.positions):
         raise ValueError("a training length exceeds the text or the model's positions")
-    unigram = int(torch.bincount(ids, minlength=256).argmax())
-    model = MaskedLM(run.config, run.backend)
+    held = HeldOut.of(text, held_out)
+    model = MaskedLM(config_for(run.backend, run.config), run.backend)
     optimizer = torch.optim.Adam(model.parameters(), lr=run.lr)
-    evaluate = partial(evaluation, model, held, unigram, run)
-    log, started = [], time.perf_counter()
+    evaluate = partial(evaluation, model, held, run)
+    log, trained = [], 0.0
     for step in range(run.steps):
+        started = time.perf_counter()
         n = run.lengths[step % len(run.lengths)]
         batch = max(1, run.tokens // n)
         starts = torch.randint(len(ids) - n + 1, (batch,), generator=gen)
@@ -140,8 +232,10 @@ def train(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        entry = {"step": step + 1, "n": n, "batch": batch, "lr": run.learning_rate(step),
-                 "loss": loss.item(), "seconds": time.perf_counter() - started}  # fmt: skip
+        value = loss.item()
+        trained += time.perf_counter() - started
+        entry = {"backend": run.backend.spec, "step": step + 1, "n": n, "batch": batch,
+                 "lr": run.learning_rate(step), "loss": value, "seconds": trained}  # fmt: skip
         if step + 1 in run.eval_steps():
             entry.update(evaluate())
         log.append(entry)
@@ -150,19 +244,21 @@ def train(
     return model, log
 
 
-def evaluation(model: MaskedLM, held: torch.Tensor, unigram: int, run: Training) -> dict:
-    """Held-out scores with the expectation (deterministic inference) and with the training
-    backend's sampled attention; the model is left training with its backend."""
+def evaluation(model: MaskedLM, held: HeldOut, run: Training) -> dict:
+    """Held-out scores (`score`'s keys, prefixed `heldout_`) with the model's inference
+    attention: YOSO's expectation for a YOSO model, whose scores with its sampled attention
+    follow as `heldout_sampled_*`; the backend itself otherwise. The model is left training
+    with its backend."""
     model.eval()
-    length = min(EVAL_LENGTH, run.config.positions, len(held))
-    model.set_attention(partial(expected_attention, tau=run.config.tau))
-    expected = score(model, held, unigram, length)
-    model.set_attention(run.backend)
-    sampled = score(model, held, unigram, length)
+    length = min(EVAL_LENGTH, run.config.positions, max(run.lengths), len(held.ids))
+    scores = {}
+    if is_yoso(run.backend):
+        model.set_attention(partial(expected_attention, tau=model.config.tau))
+        scores = {f"heldout_{k}": v for k, v in score(model, held, length).items()}
+        model.set_attention(run.backend)
+        sampled = score(model, held, length)
+        scores |= {f"heldout_sampled_{k}": sampled[k] for k in ("mask_loss", "mask_accuracy")}
+    else:
+        scores = {f"heldout_{k}": v for k, v in score(model, held, length).items()}
     model.train()
-    return {
-        "heldout_loss": expected.loss,
-        "heldout_accuracy": expected.accuracy,
-        "heldout_accuracy_sampled": sampled.accuracy,
-        "unigram_accuracy": expected.unigram_accuracy,
-    }
+    return scores

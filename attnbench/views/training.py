@@ -1,30 +1,94 @@
-"""The loss curve of a training run (`attnbench train`): training loss per step, smoothed,
-and the held-out loss at each evaluation, against the step."""
+"""Training runs (`attnbench train`) drawn and tabled: held-out [MASK] loss against steps and
+against training seconds, one curve a backend, and a table of where each backend got to.
+They read a training log only, never train."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from attnbench.views.figures import atomic_save, plt
 
-SMOOTHING = 50  # steps in the training loss's moving mean: one step's batch is noisy
+HEADLINE = "heldout_mask_loss"
 
 
-def loss_plot(log: pd.DataFrame, path: Path, title: str) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
+def evaluations(log: pd.DataFrame) -> pd.DataFrame:
+    """The log's evaluation rows (those with held-out scores), backends in log order."""
+    if HEADLINE not in log:
+        raise ValueError("the training log has no held-out [MASK] scores")
+    return log.dropna(subset=[HEADLINE])
+
+
+def parity_plot(log: pd.DataFrame, path: Path, title: str) -> None:
+    """Two panels, held-out [MASK] loss against steps and against training seconds, with
+    the unigram baseline's loss dashed."""
+    held = evaluations(log)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     try:
-        smooth = log["loss"].rolling(SMOOTHING, min_periods=1).mean()
-        ax.plot(log["step"], log["loss"], color="0.8", linewidth=0.5, label="training, per step")
-        ax.plot(log["step"], smooth, label=f"training, mean of {SMOOTHING} steps")
-        held = log.dropna(subset=["heldout_loss"])
-        ax.plot(held["step"], held["heldout_loss"], "o-", label="held-out (expectation)")
-        ax.set_xlabel("step")
-        ax.set_ylabel("masked-byte cross-entropy (nats)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend()
+        for backend, rows in held.groupby("backend", sort=False):
+            for ax, x in zip(axes, ("step", "seconds"), strict=True):
+                ax.plot(rows[x], rows[HEADLINE], "o-", markersize=3, label=backend)
+        unigram = held["heldout_unigram_mask_loss"].iloc[-1]
+        for ax, x in zip(axes, ("step", "training seconds"), strict=True):
+            ax.axhline(unigram, color="0.5", linestyle="--", linewidth=1, label="unigram")
+            ax.set_xlabel(x)
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("held-out [MASK] cross-entropy (nats)")
+        axes[1].legend(fontsize=7)
+        fig.suptitle(title, fontsize=8)
         atomic_save(fig, path)
     finally:
         plt.close(fig)
+
+
+def parity_table(log: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
+    """Per backend: steps, training seconds and seconds a step, the last held-out [MASK]
+    loss and accuracy, the best [MASK] loss, the last accuracy per kind of masked position,
+    and the time it took to reach the target loss: the best loss of the YOSO run that
+    reached its own best last (`target_loss`)."""
+    held = evaluations(log)
+    target = target_loss(held)
+    rows = []
+    for backend, runs in log.groupby("backend", sort=False):
+        evals = held[held["backend"] == backend]
+        last = evals.iloc[-1]
+        reach = evals[evals[HEADLINE] <= target] if not math.isnan(target) else evals.iloc[:0]
+        rows.append(
+            [
+                f"`{backend}`",
+                str(int(runs["step"].max())),
+                f"{runs['seconds'].max():.0f}",
+                f"{runs['seconds'].max() / runs['step'].max():.3f}",
+                f"{last[HEADLINE]:.3f}",
+                f"{evals[HEADLINE].min():.3f}",
+                f"{last['heldout_mask_accuracy']:.3f}",
+                f"{last['heldout_random_accuracy']:.3f}",
+                f"{last['heldout_kept_accuracy']:.3f}",
+                f"{reach['seconds'].iloc[0]:.0f}" if len(reach) else "–",
+                f"{runs['load1'].mean():.2f}" if "load1" in runs else "–",
+            ]
+        )
+    header = ["backend", "steps", "train s", "s/step", "[MASK] loss", "best", "[MASK] acc",
+              "random acc", "kept acc", f"s to {target:.3f}", "load"]  # fmt: skip
+    numeric = [False] + [True] * (len(header) - 1)
+    return header, rows, numeric
+
+
+def target_loss(held: pd.DataFrame) -> float:
+    """The YOSO models' target: the worst of the YOSO backends' best held-out [MASK] losses,
+    so every YOSO run reaches it; NaN when no YOSO backend trained."""
+    yoso = held[held["backend"].astype(str).str.startswith("yoso:")]
+    if yoso.empty:
+        return math.nan
+    return float(yoso.groupby("backend")[HEADLINE].min().max())
+
+
+def baselines(log: pd.DataFrame) -> dict[str, float]:
+    """The baselines on the held-out positions: unigram [MASK] loss and accuracy,
+    copy-or-most-frequent accuracy over all masked bytes, and the share of masked bytes
+    left out as seen in training."""
+    last = evaluations(log).iloc[-1]
+    keys = ("unigram_mask_loss", "unigram_mask_accuracy", "copy_accuracy", "seen_share")
+    return {key: float(last[f"heldout_{key}"]) for key in keys}
