@@ -98,6 +98,11 @@ def error_cmd(
         help="backend every other is compared with (default: yoso-e with --tau when only "
         "--hashes is swept, as YOSO Fig. 8; else exact softmax)",
     ),
+    mode: str = typer.Option(
+        "fwd",
+        help="fwd: the outputs' error; fwdbwd: also dQ, dK, dV's for a fixed upstream "
+        "gradient (grad_rel, grad_cos, grad_bias, grad_noise)",
+    ),
     isolate: options.Isolate = False,
     executor: options.Executor = "local",
     ray_address: options.RayAddress = None,
@@ -116,7 +121,8 @@ def error_cmd(
 ) -> None:
     """Approximation error of backends against a reference (YOSO Fig. 8).
 
-    By default YOSO-m against YOSO-E over the hashes and n = 64..4096; trial t uses seed + t."""
+    By default YOSO-m against YOSO-E over the hashes and n = 64..4096; trial t uses seed + t.
+    --mode fwdbwd adds the gradients' error (every backend and the reference need a backward)."""
     from attnbench.backends import parse_backends
     from attnbench.backends.registry import tau_param
     from attnbench.cli.parse import (
@@ -161,6 +167,7 @@ def error_cmd(
         device=resolve_device(device, at.gpus),
         seed=seed,
         reference=_reference(reference),
+        mode=mode,
     )
     check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device)
     csv, json, plot = shared.outputs(csv, json, plot)

@@ -13,6 +13,18 @@ Fig. 8's claim, an error that grows only logarithmically in n, is measured by on
 per yoso backend (one per m), written with its last length: `radian_slope_log2n_vs_*`,
 the least-squares slope of every trial's angle against log2 n (radians per doubling of n),
 with the slope's standard error as its std.
+
+`mode="fwdbwd"` adds gradient rows to the forward rows of each case (which stay as in
+`fwd`, so every view of an error file reads both): dQ, dK, dV of the backend for one
+upstream gradient dY drawn from the trial's seed, the same for every backend, against the
+reference's in float64 (exact softmax's by autograd, or the reference backend's own
+backward). Per gradient g in dq, dk, dv: `grad_rel_<g>` (relative Frobenius error of one
+call) and `grad_cos_<g>` (cosine), mean +- std over trials; for a stochastic backend, from
+its `mc_seeds` draws on the same inputs and dY, `grad_bias_<g>` and `grad_noise_<g>`
+(`measure.gradients`: both relative to the reference's norm, bias without the draws' own
+noise, so that bias^2 + noise^2 is the mean squared one-call error), with their Monte Carlo
+standard errors (jackknife over draws) as std. Every compared backend and the reference
+must have a backward (UsageError otherwise).
 """
 
 from __future__ import annotations
@@ -26,7 +38,9 @@ import torch
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.rowblocks import by_rows, planes_of, row_blocks
 from attnbench.backends.softmax import softmax_weights
+from attnbench.errors import UsageError
 from attnbench.inputs import Inputs, Source
+from attnbench.measure.gradients import DrawStats, draw_statistics, pooled_bias, pooled_noise
 from attnbench.measure.memory import available_bytes
 from attnbench.measure.metrics import (
     SLOPE,
@@ -42,13 +56,16 @@ from attnbench.run.case import Case
 from attnbench.run.executors import CaseInputs
 from attnbench.run.runner import HEADROOM, no_room
 from attnbench.run.study import Measure, Study, case_row
+from attnbench.studies import gradients
 from attnbench.studies.exact import exact_softmax
+from attnbench.studies.gradients import GRADIENTS
 
 # Bytes per entry of a backend's whole dense map while it is built (weights, scores and a
 # mask or two), for backends that cannot give it a block of rows at a time.
 DENSE_MAP_BYTES = 16
 EXACT = ("softmax", "sdpa")  # references computing exact softmax attention
 OUTPUT_METRICS = {"radian": mean_radian, "rel_frobenius": rel_frobenius, "max_abs": max_abs}
+MODES = ("fwd", "fwdbwd")  # the outputs' error; also the gradients' (module docstring)
 
 
 @dataclass
@@ -70,6 +87,7 @@ class ErrorSpec(Study):
     # the backend every other is compared with; None: yoso-e with `tau` when only hashes are
     # swept (YOSO Fig. 8), exact softmax otherwise
     reference: str | None = None
+    mode: str = "fwd"
 
     def __post_init__(self):
         if self.grids:
@@ -82,7 +100,26 @@ class ErrorSpec(Study):
             only_hashes = self.hashes and not self.backends
             self.reference = f"yoso-e:tau={self.tau}" if only_hashes else "softmax"
         self.reference_backend = get_backend(self.reference)
+        if self.mode not in MODES:
+            raise UsageError(f"--mode: unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
+        if self.mode == "fwdbwd":
+            self._check_backwards()
         self._slopes = _Slopes(self)
+
+    def _check_backwards(self) -> None:
+        """UsageError unless the reference and every compared backend have a backward."""
+        if not self.reference_backend.backward:
+            raise UsageError(
+                f"--reference {self.reference_backend.label} has no backward pass, so "
+                "--mode fwdbwd has no gradient to compare with; pick one that has "
+                "(`attnbench backends`)"
+            )
+        without = [b.label for b in self.compared if not b.backward]
+        if without:
+            raise UsageError(
+                f"--mode fwdbwd: {', '.join(without)} {'has' if len(without) == 1 else 'have'} "
+                "no backward pass; compare backends that have one (`attnbench backends`)"
+            )
 
     def layouts(self) -> list[tuple[int, tuple[int, int] | None]]:
         """(n, grid) of every case: grid None for a 1-D sequence."""
@@ -101,7 +138,7 @@ class ErrorSpec(Study):
             dim=source.dim, dtype=dtype, device=self.device, seed=self.seed, settings=settings,
         )  # fmt: skip
         return [
-            Case(backend=backend, n=n, grid=grid, **shared)
+            Case(backend=backend, n=n, grid=grid, mode=self.mode, **shared)
             for n, grid in self.layouts()
             for backend in self.compared
         ]
@@ -192,27 +229,44 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
     reference = get_backend(case.settings["reference"])
     vs = suffix(reference)
     exact = reference.name in EXACT
+    backward = case.mode == "fwdbwd"
     trials, mc_seeds = case.settings["trials"], case.settings["mc_seeds"]
     skipped = {} if not exact else _map_skips(case, vs)
     found: dict[str, list[float]] = {}
+    drawn: dict[str, list[DrawStats]] = {}  # grad_<g>: each trial's draws against the reference
     for trial in range(trials):
         seed = case.seed + trial
         q, k, v = inputs(seed)
         backend = _seeded(case.backend, seed)
+        dy = gradients.upstream(q, v, seed) if backward else None
+        if backward:
+            out, grads = gradients.call_grads(backend, q, k, v, dy, case.grid)
         with torch.no_grad():
             make = partial(_reference, reference, q, k, v, case)
             expected = inputs.memo(("reference", reference.spec, seed), make)
-            out = backend(q, k, v, grid=case.grid)
+            if not backward:
+                out = backend(q, k, v, grid=case.grid)
             metrics = {name + vs: fn(out, expected) for name, fn in OUTPUT_METRICS.items()}
             if exact and not skipped:
                 metrics |= _map_metrics(backend, q, k, case.grid, vs)
             metrics |= backend.diagnostics(q, k, v, case.grid)
-            if backend.stochastic and mc_seeds > 1:
-                seeds = range(seed * mc_seeds, (seed + 1) * mc_seeds)
-                metrics |= _monte_carlo(case.backend, q, k, v, expected, case.grid, seeds, vs)
+        if backward:
+            make = partial(gradients.reference_grads, reference, q, k, v, dy, case.grid)
+            expected_grads = inputs.memo(("reference grads", reference.spec, seed), make)
+            metrics |= gradients.one_call_metrics(grads, expected_grads, vs)
+        if backend.stochastic and mc_seeds > 1:
+            seeds = range(seed * mc_seeds, (seed + 1) * mc_seeds)
+            if backward:
+                outs, stacks = gradients.draws(case.backend, q, k, v, dy, case.grid, seeds)
+                for name, stack, ref in zip(GRADIENTS, stacks, expected_grads, strict=True):
+                    drawn.setdefault(name, []).append(draw_statistics(stack, ref))
+            else:
+                outs = _outputs(case.backend, q, k, v, case.grid, seeds)
+            metrics |= _monte_carlo(outs, expected, vs)
         for metric, value in metrics.items():
             found.setdefault(metric, []).append(value)
     rows = [_row(case, metric, values) for metric, values in found.items()]
+    rows += [row for name, stats in drawn.items() for row in _draw_rows(case, name, stats, vs)]
     return rows + [
         case_row(case, metric, unit=_unit(metric), status="skipped", reason=reason)
         for metric, reason in skipped.items()
@@ -248,15 +302,62 @@ def _map_skips(case: Case, vs: str) -> dict[str, str]:
     return {"captured_mass" + vs: "attention map " + no_room(need, free)}
 
 
-def _monte_carlo(backend: Backend, q, k, v, expected, grid, seeds, vs: str) -> dict[str, float]:
-    """Bias and spread of a stochastic backend over seeds on fixed inputs, relative to the
-    reference output: |mean_s o_s - o| / |o| and sqrt(sum of per-entry variances) / |o|."""
-    outs = torch.stack([backend.with_values(seed=s)(q, k, v, grid=grid).double() for s in seeds])
+def _outputs(backend: Backend, q, k, v, grid, seeds) -> torch.Tensor:
+    """Outputs [S, ...] in float64 of one call per seed on fixed inputs."""
+    with torch.no_grad():
+        return torch.stack(
+            [backend.with_values(seed=s)(q, k, v, grid=grid).double() for s in seeds]
+        )
+
+
+def _monte_carlo(outs: torch.Tensor, expected, vs: str) -> dict[str, float]:
+    """Bias and spread of a stochastic backend's outputs [S, ...] over seeds on fixed
+    inputs, relative to the reference output: |mean_s o_s - o| / |o| and
+    sqrt(sum of per-entry variances) / |o|."""
     norm = expected.norm()
     return {
         "mc_bias" + vs: float((outs.mean(0) - expected).norm() / norm),
         "mc_std" + vs: float(outs.var(0, unbiased=True).sum().sqrt() / norm),
     }
+
+
+def _draw_rows(case: Case, name: str, stats: list[DrawStats], vs: str) -> list[Row]:
+    """grad_bias_<g> and grad_noise_<g> over the trials' draws (`measure.gradients`), their
+    Monte Carlo standard errors as std; samples: each trial's own value."""
+    first, draws = case.seed, case.settings["mc_seeds"]
+    where = f"vs {case.settings['reference']}, trial seeds {first}..{first + len(stats) - 1}, "
+    where += f"{draws} draws each"
+    bias, bias_se = pooled_bias(stats)
+    noise, noise_se = pooled_noise(stats)
+    rows = []
+    for metric, value, std, samples, how in (
+        (
+            f"grad_bias_{name}{vs}", bias, bias_se, [max(s.bias2, 0.0) ** 0.5 for s in stats],
+            "sqrt of the mean over trials of (|mean of draws - ref|^2 - tr cov / draws) "
+            "/ |ref|^2; std: half the width of sqrt(mean +- se), se by the jackknife "
+            "over draws",
+        ),
+        (
+            f"grad_noise_{name}{vs}", noise, noise_se, [s.noise for s in stats],
+            "sqrt of the sum of per-entry variances over draws / |ref|, mean over trials; "
+            "std: its standard error by the jackknife over draws",
+        ),
+    ):  # fmt: skip
+        rows.append(
+            case_row(
+                case,
+                metric,
+                unit="",
+                value=value,
+                std=std,
+                count=len(stats),
+                p10=float(np.percentile(samples, 10)),
+                p90=float(np.percentile(samples, 90)),
+                samples=[float(x) for x in samples],
+                method=f"{where}; {how}",
+            )  # fmt: skip
+        )
+    return rows
 
 
 def _map_metrics(backend: Backend, q, k, grid, vs: str = "_vs_softmax") -> dict[str, float]:

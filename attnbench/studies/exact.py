@@ -11,10 +11,11 @@ from attnbench.backends.softmax import softmax_weights
 __all__ = ["BLOCK_BYTES", "by_rows", "exact_softmax", "planes_of", "row_blocks"]
 
 
-def _softmax_attention(q, k, v):
+def softmax_attention(q, k, v):
+    """softmax(QK^T / sqrt(d)) V, differentiable: what the float64 references compute."""
     return softmax_weights(q, k) @ v
 
 
 def exact_softmax(q, k, v, budget: int | None = None) -> torch.Tensor:
     """The float64 softmax attention every backend is compared with."""
-    return by_rows(_softmax_attention, q.double(), k.double(), v.double(), budget=budget)
+    return by_rows(softmax_attention, q.double(), k.double(), v.double(), budget=budget)
