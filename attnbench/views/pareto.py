@@ -36,17 +36,40 @@ LOWER_IS_BETTER = {
     "max_abs": "largest absolute error vs",
     "tv": "total variation distance of the map to",
 }
+GRADIENT_PREFIX = "grad_"  # the error study's gradient metrics (--mode fwdbwd)
+GRADIENT_ERRORS = {
+    "rel": "relative error of {} vs",
+    "bias": "relative bias of {} vs",
+    "noise": "one call's noise in {}, relative to",
+}
+LOWER_IS_BETTER |= {
+    f"grad_{kind}_{g}": text.format(name)
+    for g, name in {"dq": "dQ", "dk": "dK", "dv": "dV"}.items()
+    for kind, text in GRADIENT_ERRORS.items()
+}
 
 
 def pareto_points(
     times: pd.DataFrame, errors: pd.DataFrame, seq: int | None = None, metric: str = DEFAULT_METRIC
 ) -> pd.DataFrame:
     """One row per backend present, successful, in both frames at `seq` (default: the
-    largest n they share): time_ms, p10, p90, error, error_std, front; sorted by time."""
+    largest n they share): time_ms, p10, p90, error, error_std, front; sorted by time.
+
+    A gradient's error goes with the time of a forward and backward: for a gradient metric
+    only the time file's fwdbwd rows are read, and a file without them is refused."""
     if metric.partition("_vs_")[0] not in LOWER_IS_BETTER or "_vs_" not in metric:
         names = ", ".join(f"{m}_vs_<reference>" for m in LOWER_IS_BETTER)
         raise UsageError(f"--metric {metric}: use an error where lower is closer ({names})")
     time = _ok(times, "time", "time_ms")
+    if metric.startswith(GRADIENT_PREFIX):
+        modes = sorted(set(time["mode"].astype(str))) if "mode" in time else []
+        time = time[time["mode"].astype(str) == "fwdbwd"] if "mode" in time else time.iloc[:0]
+        if time.empty:
+            raise UsageError(
+                f"--metric {metric} is a gradient's error: it needs the time of forward + "
+                f"backward, and the time file has no fwdbwd rows (modes: "
+                f"{', '.join(modes) or 'none'}); time with `attnbench time --mode fwdbwd`"
+            )
     error = _ok(errors, "error", metric)
     if error.empty:
         found = sorted(set(errors.get("metric", pd.Series(dtype=str)).astype(str)))
@@ -154,7 +177,8 @@ def plot_pareto(
         # room to the right for the last point's label, which went past the frame
         ax.set_xlim(points["time_ms"].min() / 1.3, points["time_ms"].max() * 2.5)
         plain_log_ticks(ax.xaxis, minor_thresholds=(2, 1))
-        ax.set_xlabel("time per call (ms), median with p10–p90 bar")
+        what = "forward + backward" if set(points["mode"]) == {"fwdbwd"} else "call"
+        ax.set_xlabel(f"time per {what} (ms), median with p10–p90 bar")
         ax.set_ylabel(f"{_metric_label(metric)}, mean ± std over trials")
         ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)

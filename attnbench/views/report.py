@@ -1,9 +1,9 @@
 """Markdown tables of the committed result files, so the docs' numbers come from the data.
 
 `write_reports(plots, out)` reads every result CSV in `plots` and writes one Markdown file per
-paper: `yoso-*.csv` and `cpu-time.csv` go to `yoso.md`, `scram-*.csv` to `scram.md`, and
-`field-*.csv` and `profile-*.csv` (the baselines side by side) to `field.md`, `gpu-*.csv` (runs
-on a GPU, named by it) to `gpu.md`. The output
+paper: `yoso-*.csv`, `cpu-time.csv` and `grad-*.csv` (YOSO's backwards) go to `yoso.md`,
+`scram-*.csv` to `scram.md`, `field-*.csv` and `profile-*.csv` (the baselines side by side)
+to `field.md`, `gpu-*.csv` (runs on a GPU, named by it) to `gpu.md`. The output
 depends only on the CSVs and their `.env.json` sidecars (no clock, no machine state), so a
 test can regenerate it and compare it byte for byte with the committed files.
 """
@@ -24,16 +24,18 @@ from attnbench.views.summaries import SLOPE, SLOPE_NOTE, plain_table, slope_tabl
 from attnbench.views.tables import inapplicable
 
 REPORTS = {
-    "yoso.md": ("yoso-", "cpu-time"),
+    "yoso.md": ("yoso-", "cpu-time", "grad-"),
     "scram.md": ("scram-",),
     "field.md": ("field-", "profile-"),
     "gpu.md": ("gpu-",),
+    "training.md": ("train-",),
 }
 TITLES = {
     "yoso.md": "YOSO results",
     "scram.md": "SCRAM results",
     "field.md": "The field's efficient attentions",
     "gpu.md": "On a GPU",
+    "training.md": "Training parity",
 }
 BASELINE = "sdpa"
 
@@ -76,6 +78,9 @@ def render_report(report: str, csvs: list[Path]) -> str:
     for path in csvs:
         if report_for(path.name) != report:
             continue
+        if report == "training.md":
+            lines += training_section(path)
+            continue
         try:
             frame = read_rows(path)
         except ValueError as exc:
@@ -99,6 +104,32 @@ def render_report(report: str, csvs: list[Path]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def training_section(path: Path) -> list[str]:
+    """A training log's section: the baselines, then where each backend got to."""
+    from attnbench.views.training import baselines, parity_table
+
+    log = pd.read_csv(path)
+    base = baselines(log)
+    threads = (
+        ", ".join(str(int(t)) for t in sorted(set(log["threads"]))) if "threads" in log else "?"
+    )
+    return [
+        f"## {path.stem}",
+        "",
+        f"`plots/{path.name}`, written by `attnbench train`; {threads} threads; held-out "
+        f"[MASK] loss of the unigram model {base['unigram_mask_loss']:.3f} nats, its accuracy "
+        f"{base['unigram_mask_accuracy']:.3f}; copy-or-most-frequent over all masked bytes "
+        f"{base['copy_accuracy']:.3f}; {base['seen_share']:.1%} of the held-out masked bytes "
+        "were left out as seen verbatim in training. `train s`: training alone, evaluations "
+        "excluded; `load`: the host's mean one-minute load during the run; the last column: "
+        "training seconds until the held-out [MASK] loss first reached the worst of the YOSO "
+        "runs' best losses (at an evaluation step).",
+        "",
+        *markdown_table(*parity_table(log)),
+        "",
+    ]
+
+
 def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
     """A section for one result file: its setting, then its table."""
     study = str(frame["study"].iloc[0]) if len(frame) else "?"
@@ -115,7 +146,11 @@ def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
         lines += [PROFILE_NOTE, ""]
         lines += markdown_table(*profile_table(frame))
     else:
-        lines += markdown_table(*error_table(frame))
+        gradients = frame["metric"].astype(str).str.startswith("grad_")
+        lines += markdown_table(*error_table(frame[~gradients]))
+        if gradients.any():
+            lines += ["", GRADIENT_NOTE, ""]
+            lines += markdown_table(*gradient_table(frame[gradients]))
     lines.append("")
     return lines
 
@@ -292,6 +327,35 @@ def error_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
     ]
     header = ["backend", _size_header(frame), *metrics, "status"]
     return header, rows, [False, True, *([True] * len(metrics)), False]
+
+
+GRADIENT_NOTE = (
+    "Gradients (`error --mode fwdbwd`), one upstream gradient per trial: one call's relative"
+    " error and cosine, mean ± std over trials; over a stochastic backend's draws, its"
+    " relative bias and one call's relative noise, ± their Monte Carlo standard errors."
+)
+GRADIENT_KINDS = ("rel", "cos", "bias", "noise")
+GRADIENT_NAMES = {"dq": "dQ", "dk": "dK", "dv": "dV"}
+
+
+def gradient_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
+    """One row per (backend, size, reference, gradient), one column per gradient metric
+    (grad_<kind>_<g>_vs_<reference>)."""
+    cells: dict[tuple, dict[str, str]] = {}
+    for _, row in frame[frame["status"] == "ok"].iterrows():
+        name, _, reference = str(row["metric"]).partition("_vs_")
+        _, kind, gradient = name.split("_", 2)
+        key = (row["backend"], _size(row), reference.replace("_", "-"), gradient)
+        std = row.get("std")
+        text = _num(row["value"])
+        cells.setdefault(key, {})[kind] = text if _missing(std) else f"{text} ± {_num(std)}"
+    rows = [
+        [f"`{backend}`", size, reference, GRADIENT_NAMES.get(gradient, gradient),
+         *(found.get(kind, "–") for kind in GRADIENT_KINDS)]
+        for (backend, size, reference, gradient), found in cells.items()
+    ]  # fmt: skip
+    header = ["backend", _size_header(frame), "vs", "gradient", "rel. error", "cosine"]
+    return [*header, "bias", "noise"], rows, [False, True, False, False, True, True, True, True]
 
 
 PROFILE_NOTE = (
