@@ -9,7 +9,7 @@ use the paper's lower bound of the collision probability's derivative,
 computed by one of:
 - "proj": <dY_i, V_j> estimated by (s_f . dY_i)(s_f . V_j) with a random sign vector s_f
   per hash (E[s s^T] = I), so each of dQ, dK is one cumulation of width d weighted per row
-  and hash: O(n m (d + d_v)). Unbiased for eq. (4), noisier than the others.
+  and hash: O(n m (d + d_v)). Its mean is eq. (4), as pairs' and lsh's; the noisiest.
 - "pairs": eq. (4) exactly, over each hash's colliding pairs: O(d) per pair.
 - "lsh": eq. (4) exactly, factorised over the value columns: O(n m d_v d). The reference.
 - "star" (*YOSO): eq. (3), the exact derivative, over colliding pairs: each collision is
@@ -20,6 +20,9 @@ computed by one of:
   rows that collide at least once (a row with none gets no gradient, as with "dense").
 "pairs" and "star" visit at most `bound` write rows of a bucket per read row and hash;
 larger buckets are subsampled with a stride and reweighted (core.bound_stride).
+Those means are of this op's gradients, for a given dY; a YOSO backend's gradient also goes
+through the l2 normalisation of the sampled output, which depends on the same hashes, so its
+mean is off YOSO-E's gradient by a bias that shrinks as m grows.
 `LSHCumulation` takes unit rows and leaves the normalisations of Q, K and the output to
 autograd; `NormalisedLSH`, what the backend runs, takes rows of any length and does all
 three inside, keeping neither the unit rows nor Y before its normalisation.
