@@ -25,28 +25,11 @@ from attnbench.views.figures import (
     with_env,
 )
 from attnbench.views.labels import backend_label
+from attnbench.views.metrics import GRADIENT_PREFIX, LOWER_IS_BETTER
 from attnbench.views.tables import inapplicable
 
 DEFAULT_METRIC = "radian_vs_softmax"
 KEYS = ["backend", "seq", "batch", "heads", "dim"]  # what a time row and an error row share
-# error metrics where lower is closer (the front's rule), with how an axis names them
-LOWER_IS_BETTER = {
-    "radian": "mean angle to",
-    "rel_frobenius": "relative Frobenius error vs",
-    "max_abs": "largest absolute error vs",
-    "tv": "total variation distance of the map to",
-}
-GRADIENT_PREFIX = "grad_"  # the error study's gradient metrics (--mode fwdbwd)
-GRADIENT_ERRORS = {
-    "rel": "relative error of {} vs",
-    "bias": "relative bias of {} vs",
-    "noise": "one call's noise in {}, relative to",
-}
-LOWER_IS_BETTER |= {
-    f"grad_{kind}_{g}": text.format(name)
-    for g, name in {"dq": "dQ", "dk": "dK", "dv": "dV"}.items()
-    for kind, text in GRADIENT_ERRORS.items()
-}
 
 
 def pareto_points(
