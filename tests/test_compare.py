@@ -17,6 +17,7 @@ import attnbench.cli.core as cli
 from attnbench.cli.parse import parse_fraction
 from attnbench.errors import UsageError
 from attnbench.results.schema import Row, rows_frame
+from attnbench.views import compare
 from attnbench.views.compare import compare_files, parse_samples, ratio_interval
 
 runner = CliRunner()
@@ -335,3 +336,104 @@ def test_a_case_flagged_unstable_is_not_judged_and_never_passes_silently(tmp_pat
     assert "not judged, flagged unstable by its run: sdpa n=512 (in A)" in text
     assert "(1 flagged unstable, not judged: see above)" in text
     assert "sdpa n=512 1.3" not in text.partition("FAIL:")[2]  # the gate judged the others
+
+
+# ------------------------------------------------------------------ error studies
+
+ERRORS = {  # metric -> a typical trial mean; grad_cos is higher-is-closer, so not compared
+    "radian_vs_softmax": 0.2,
+    "grad_rel_dq_vs_softmax": 0.8,
+    "grad_bias_dk_vs_softmax": 0.3,
+    "mc_std_vs_softmax": 0.15,
+    "grad_cos_dq_vs_softmax": 0.7,
+}
+
+
+def error_rows(seed: int, scale: dict | float = 1.0, trials: int = 5, noise=0.03) -> list[Row]:
+    """An error study's rows (`attnbench error --mode fwdbwd`): value the mean of the trials,
+    samples each trial's; `scale` multiplies every metric, or the metrics a dict names."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for backend in BACKENDS:
+        for seq in SEQS[:1]:
+            for metric, mean in ERRORS.items():
+                factor = scale.get(metric, 1.0) if isinstance(scale, dict) else scale
+                kept = samples(factor * mean, trials, noise, rng)
+                common = dict(study="error", backend=backend, impl="torch", device="cpu")
+                common |= dict(dtype="float32", mode="fwdbwd", inputs="clustered", batch=1)
+                common |= dict(heads=4, seq=seq, dim=32, metric=metric, unit="")
+                value, count = float(np.mean(kept)), len(kept)
+                rows.append(Row(**common, value=value, count=count, samples=json.dumps(kept)))
+    return rows
+
+
+def error_files(tmp_path: Path, a: list[Row], b: list[Row]) -> tuple[Path, Path]:
+    return write_v2_csv(tmp_path / "a.csv", a), write_v2_csv(tmp_path / "b.csv", b)
+
+
+@pytest.fixture
+def fewer_resamples(monkeypatch):
+    """The error tests' verdicts are clear-cut: 400 resamples a case keep them quick."""
+    monkeypatch.setattr(compare, "RESAMPLES", 400)
+
+
+def test_larger_errors_are_worse_and_fail_the_gate(tmp_path, fewer_resamples):
+    a, b = error_files(tmp_path, error_rows(seed=1), error_rows(seed=2, scale=1.5))
+    comparison = compare_files(a, b)
+    assert comparison.study == "error" and len(comparison.changes) == 8
+    assert {c.verdict for c in comparison.changes} == {"worse"}
+    assert all(c.by_runs and 1.4 < c.ratio < 1.6 for c in comparison.changes)
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert any("A mean" in line and "B mean" in line for line in lines)
+    assert "8 worse: ratio of trial means B/A" in result.output
+    fail = [line for line in lines if line.startswith("FAIL")]
+    assert len(fail) == 1 and "significantly worse by more than 5%" in fail[0]
+    assert fail[0].count("x;") == 7 and "softmax n=256 grad_rel_dq_vs_softmax 1." in fail[0]
+    assert "not compared (higher is closer, or not an error): grad_cos_dq_vs_softmax" in lines
+    assert invoke(b, a, "--fail-above", "5%").exit_code == 0  # smaller errors are better
+    assert {c.verdict for c in compare_files(b, a).changes} == {"better"}
+
+
+def test_identical_error_files_are_not_worse_and_pass(tmp_path, fewer_resamples):
+    a, b = error_files(tmp_path, error_rows(seed=1), error_rows(seed=1))
+    assert {c.verdict for c in compare_files(a, b).changes} == {"same"}
+    result = invoke(a, b, "--fail-above", "5%", "--markdown")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("| backend | case | A mean | B mean |")
+    assert "worse" not in result.output.split("8 same")[0]
+    assert "pass: no case significantly worse by more than 5%" in result.output
+
+
+def test_a_gradient_error_alone_is_judged(tmp_path, fewer_resamples):
+    """Only dQ's one-call error grows: that case is worse, every other error the same."""
+    scale = {"grad_rel_dq_vs_softmax": 2.0}
+    a, b = error_files(tmp_path, error_rows(seed=1), error_rows(seed=2, scale=scale))
+    changes = compare_files(a, b).changes
+    verdict = {(c.key["backend"], c.key["seq"], c.key["metric"]): c.verdict for c in changes}
+    worse = {key for key, v in verdict.items() if v == "worse"}
+    assert worse == {(bk, str(n), "grad_rel_dq_vs_softmax") for bk in BACKENDS for n in SEQS[:1]}
+    assert set(verdict.values()) == {"worse", "same"}
+    result = invoke(a, b, "--fail-above", "50%")
+    assert result.exit_code == 1, result.output
+    (fail,) = [line for line in result.output.splitlines() if line.startswith("FAIL")]
+    assert fail.count("grad_rel_dq_vs_softmax") == 2 and fail.count("x;") == 1
+
+
+def test_a_single_trial_gets_no_interval(tmp_path):
+    a, b = error_files(tmp_path, error_rows(seed=1, trials=1), error_rows(2, 2.0, trials=1))
+    assert {c.verdict for c in compare_files(a, b).changes} == {"no CI"}
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 0, result.output
+    assert "8 no CI" in result.output and "fewer than 2 trials in a file" in result.output
+
+
+def test_a_time_file_against_an_error_file_is_one_line_error(tmp_path):
+    timed = write_v2_csv(tmp_path / "time.csv", time_rows(seed=1))
+    errors = write_v2_csv(tmp_path / "error.csv", error_rows(seed=1))
+    assert_one_line_error(invoke(timed, errors), "compare two files of one study")
+    assert_one_line_error(invoke(errors, timed, "--fail-above", "5%"), "time_ms rows")
+    write_v2_csv(tmp_path / "runs-1.csv", error_rows(seed=2))
+    (tmp_path / "runs-0.csv").write_bytes(timed.read_bytes())
+    assert_one_line_error(invoke(timed, tmp_path / "runs-*.csv"), "must be of one study")

@@ -71,14 +71,17 @@ def pareto_cmd(
 @core.app.command("compare")
 def compare_cmd(
     a: str = typer.Argument(
-        ..., help="the reference: a result file (CSV or JSON), or a quoted glob of runs"
+        ...,
+        help="the reference: a result file (CSV or JSON) of time or error, or a quoted glob "
+        "of runs",
     ),
     b: str = typer.Argument(..., help="the result file(s) to judge against it, likewise"),
     fail_above: str = typer.Option(
         None,
         "--fail-above",
         help="exit 1 if a case's 95% interval lies above 1 and its ratio above 1 + this "
-        "(e.g. 5%); cases flagged unstable are named, not judged",
+        "(e.g. 5%): slower, or with error files worse; cases flagged unstable are named, "
+        "not judged",
     ),
     markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
 ) -> None:
@@ -87,7 +90,11 @@ def compare_cmd(
     With two or more runs a side (files, or a glob: 'before-*.csv'), or runs in rounds
     (time --rounds), those are the units: the interval is Student's t over them, its spread
     from a bootstrap of runs, then rounds, then samples, so drift between runs and rounds is
-    in it; with one run of one round a side it covers the noise within a run only."""
+    in it; with one run of one round a side it covers the noise within a run only.
+
+    Two error files (attnbench error, gradient rows included) compare each error where lower
+    is closer by the ratio of its trial means, the trials the interval's units: worse or
+    better."""
     from attnbench.cli.parse import parse_fraction
     from attnbench.views import compare
 

@@ -2,7 +2,8 @@
 Views read rows; they never measure, and import nothing from cli, studies or run.
 
 Every table and figure reads the frame of `rows_frame(rows)` / `read_rows(path)`, except the
-maps figure (its rows hold arrays, which a frame never does). `labels` names backends and
-`figures` is the toolkit the figures share; `tables`, `plots`, `maps`, `pareto`, `compare`
+maps figure (its rows hold arrays, which a frame never does). `labels` names backends,
+`metrics` says which error metrics are errors (lower is closer), and `figures` is the
+toolkit the figures share; `tables`, `plots`, `maps`, `pareto`, `compare`
 and `report` each make one kind of output.
 """

@@ -1,4 +1,5 @@
-"""Compare result files case by case: ratio of medians B/A with a bootstrap interval.
+"""Compare result files case by case: ratio of medians B/A (of trial means, for error files)
+with a bootstrap interval.
 
 Each side is one or more result files (runs), each case's samples split into the rounds of
 its run when it ran in rounds (`time --rounds`). A change is significant when the 95 %
@@ -13,6 +14,15 @@ A case either run flagged unstable gets no verdict of its own ("unstable") and i
 beside the gate's verdict. The regression gate fails a case whose interval lies above 1 (a
 real slowdown) and whose ratio exceeds 1 + threshold (a large one): a significant but small
 slowdown, or a large but noisy one, passes.
+
+Two error-study files (`attnbench error`, gradient rows included) compare likewise, per case
+and per error where lower is closer (`views.metrics.is_error`): the ratio of the trial means
+B/A, verdicts "worse" and "better", and the gate fails a case significantly worse by more
+than the threshold. A file is one run and each trial a round of one sample, so the trials are
+the units of the t interval above: a percentile bootstrap of three trials' means is far too
+narrow (about one pair in five of the same distribution comes out significant). A cosine or
+a captured mass (higher is closer) and a slope are not compared, and the summary names them.
+Both sides must be of one study: times and errors have no ratio in common.
 """
 
 from __future__ import annotations
@@ -34,8 +44,13 @@ from attnbench.results.read import read_rows
 from attnbench.results.schema import as_sizes, unstable
 from attnbench.views.intervals import LEVEL, RESAMPLES, ratio_interval, runs_interval, units
 from attnbench.views.labels import backend_label
+from attnbench.views.metrics import is_error
 
 METRICS = ("time_ms",)  # first_call_ms has one sample and peak_mib is not a time
+TIME, ERROR = "time", "error"  # the studies compared: a file's rows are of one or the other
+STATISTICS = {TIME: np.median, ERROR: np.mean}  # a side's centre: median time, mean trial
+VERDICTS = {TIME: ("slower", "faster"), ERROR: ("worse", "better")}  # B above A, below A
+OF = {TIME: "time_ms rows (a time study's)", ERROR: "error rows (an error study's)"}
 CASE_KEY = ("backend", "device", "dtype", "mode", "inputs", "batch", "heads", "seq", "dim")
 GRID_KEY = ("grid_h", "grid_w")  # schema 2 only
 SEED = 0
@@ -43,20 +58,21 @@ SEED = 0
 
 @dataclass
 class Change:
-    """One case found in both files, with the samples behind each median."""
+    """One case found in both files, with the samples behind each centre."""
 
     key: dict  # case key columns and metric, as text
-    a: list[list[list[float]]]  # each run's rounds, each round's kept samples
+    a: list[list[list[float]]]  # each run's rounds, each round's kept samples (or trial)
     b: list[list[list[float]]]
-    a_median: float  # of all the side's samples
-    b_median: float
-    low: float | None = None  # interval bounds of b_median / a_median; None: too few samples
+    a_center: float  # of all the side's samples: their median (time) or mean (error)
+    b_center: float
+    low: float | None = None  # interval bounds of b_center / a_center; None: too few samples
     high: float | None = None
     unstable: str = ""  # "A", "B" or "A and B": the sides whose run flagged the case
+    study: str = TIME
 
     @property
     def ratio(self) -> float:
-        return self.b_median / self.a_median if self.a_median > 0 else math.nan
+        return self.b_center / self.a_center if self.a_center > 0 else math.nan
 
     @property
     def by_runs(self) -> bool:
@@ -70,17 +86,18 @@ class Change:
             return "unstable"
         if self.low is None:
             return "no CI"
+        up, down = VERDICTS[self.study]
         if self.low > 1.0:
-            return "slower"
+            return up
         if self.high < 1.0:
-            return "faster"
+            return down
         return "same"
 
     def fails(self, threshold: float) -> bool:
-        """Significantly slower by more than `threshold` (0.05 = 5 %): the interval above 1
-        and the ratio above 1 + threshold. An unstable case is not judged (`summary` names
-        it beside the gate's verdict)."""
-        return self.verdict == "slower" and self.ratio > 1.0 + threshold
+        """Significantly slower (an error: worse) by more than `threshold` (0.05 = 5 %): the
+        interval above 1 and the ratio above 1 + threshold. An unstable case is not judged
+        (`summary` names it beside the gate's verdict)."""
+        return self.verdict == VERDICTS[self.study][0] and self.ratio > 1.0 + threshold
 
 
 @dataclass
@@ -96,6 +113,8 @@ class Missing:
 class Comparison:
     changes: list[Change]
     missing: list[Missing] = field(default_factory=list)
+    study: str = TIME
+    skipped: list[str] = field(default_factory=list)  # a side's metrics not compared
 
     def failures(self, threshold: float | None) -> list[Change]:
         if threshold is None:
@@ -123,70 +142,107 @@ def parse_samples(value) -> list[float]:
     return [s for s in map(float, value) if math.isfinite(s)]
 
 
-def load_side(pattern: str) -> pd.DataFrame:
-    """The time rows of one side: a file, or every file a glob pattern names (each a run)."""
+@dataclass
+class Side:
+    """What one side brings: its study (every file of one), the rows compared, and the
+    metrics it has that are not (an error study's cosines, captured masses, slopes)."""
+
+    study: str
+    rows: pd.DataFrame
+    skipped: set[str] = field(default_factory=set)
+
+
+def load_side(pattern: str) -> Side:
+    """The rows of one side: a file, or every file a glob pattern names (each a run), all
+    of one study, since a time and an error have no ratio."""
     text = str(pattern)
     paths = [Path(text)]
     if glob.has_magic(text):
         paths = [Path(p) for p in sorted(glob.glob(text))]
         if not paths:
             raise UsageError(f"{text}: no file matches")
-    return pd.concat([load_times(p).assign(_file=str(p)) for p in paths], ignore_index=True)
+    sides = [load_file(p) for p in paths]
+    for path, side in zip(paths, sides, strict=True):
+        if side.study != sides[0].study:
+            raise UsageError(
+                f"{path} has {OF[side.study]} and {paths[0]} {OF[sides[0].study]}: "
+                "the files of a side must be of one study"
+            )
+    rows = [side.rows.assign(_file=str(p)) for p, side in zip(paths, sides, strict=True)]
+    skipped = set().union(*(side.skipped for side in sides))
+    return Side(sides[0].study, pd.concat(rows, ignore_index=True), skipped)
 
 
-def load_times(path: Path) -> pd.DataFrame:
-    """The time rows of one result file, with samples as lists; UsageError if unreadable."""
+def load_file(path: Path) -> Side:
+    """The rows compared of one result file, with samples as lists: its time rows if it has
+    any (a time study), else its errors where lower is closer (an error study); UsageError
+    if unreadable or it has neither."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
     try:
         frame = read_rows(path)
-        frame = frame[frame["metric"].isin(METRICS)].copy()
+        metric = frame["metric"].astype(str)
+        study = TIME if metric.isin(METRICS).any() else ERROR
+        chosen = metric.isin(METRICS) if study == TIME else metric.map(is_error).astype(bool)
+        skipped = {m for m in metric[~chosen] if "_vs_" in m} if study == ERROR else set()
+        frame = frame[chosen].copy()
         frame["samples"] = [parse_samples(s) for s in frame.get("samples", [None] * len(frame))]
     except (ValueError, KeyError, TypeError, OSError) as exc:
         text = " ".join(str(exc).split())
         message = text if str(path) in text else f"{path}: cannot read results ({text})"
         raise UsageError(message) from None
     if frame.empty:
-        raise UsageError(f"{path}: no {' or '.join(METRICS)} rows to compare")
-    return frame
+        raise UsageError(
+            f"{path}: no {' or '.join(METRICS)} rows to compare, nor error rows where lower "
+            "is closer"
+        )
+    return Side(study, frame, skipped)
 
 
 def compare_files(a: str | Path, b: str | Path) -> Comparison:
-    return compare_frames(load_side(str(a)), load_side(str(b)))
+    """Compare two sides of one study (both time or both error files), else UsageError."""
+    side_a, side_b = load_side(str(a)), load_side(str(b))
+    if side_a.study != side_b.study:
+        raise UsageError(
+            f"{a} has {OF[side_a.study]} and {b} {OF[side_b.study]}: compare two files of one study"
+        )
+    comparison = compare_frames(side_a.rows, side_b.rows, side_a.study)
+    comparison.skipped = sorted(side_a.skipped | side_b.skipped)
+    return comparison
 
 
 @dataclass
 class _Case:
-    """One case on one side: its status, each run's rounds of samples (its median when a
+    """One case on one side: its status, each run's rounds of samples (its value when a
     row kept none), and whether a run flagged it unstable."""
 
     status: str = ""
     runs: dict[str, list[list[float]]] = field(default_factory=dict)
     unstable: bool = False
 
-    @property
-    def median(self) -> float:
+    def center(self, study: str) -> float:
+        """The study's statistic of all the case's samples (`STATISTICS`)."""
         pooled = [s for run in self.runs.values() for part in run for s in part]
-        return float(np.median(pooled)) if pooled else math.nan
+        return float(STATISTICS[study](pooled)) if pooled else math.nan
 
 
-def compare_frames(a: pd.DataFrame, b: pd.DataFrame) -> Comparison:
+def compare_frames(a: pd.DataFrame, b: pd.DataFrame, study: str = TIME) -> Comparison:
     """Pair the rows of A and B by case; the ok rows of one case on a side are its runs."""
     columns = [c for c in CASE_KEY + GRID_KEY if c in a and c in b] + ["metric"]
-    cases_a, cases_b = _cases(a, columns), _cases(b, columns)
+    cases_a, cases_b = _cases(a, columns, study), _cases(b, columns, study)
     changes, missing = [], []
     for key in list(cases_a) + [k for k in cases_b if k not in cases_a]:
         named = dict(zip(columns, key, strict=True))
         side_a, side_b = cases_a.get(key, _Case()), cases_b.get(key, _Case())
         if side_a.status == side_b.status == "ok":
-            changes.append(_change(named, side_a, side_b))
+            changes.append(_change(named, side_a, side_b, study))
         else:
             missing.append(Missing(named, side_a.status, side_b.status))
-    return Comparison(changes, missing)
+    return Comparison(changes, missing, study)
 
 
-def _cases(frame: pd.DataFrame, columns: list[str]) -> dict[tuple, _Case]:
+def _cases(frame: pd.DataFrame, columns: list[str], study: str) -> dict[tuple, _Case]:
     """case key -> its _Case; "ok" when any of its rows is ok. A run is a file and run id."""
     cases: dict[tuple, _Case] = {}
     for row in frame.assign(_unstable=unstable(frame)).to_dict("records"):
@@ -194,19 +250,23 @@ def _cases(frame: pd.DataFrame, columns: list[str]) -> dict[tuple, _Case]:
         if row["status"] == "ok":
             run = f"{row.get('_file', '')}#{_norm(row.get('run_id'))}"
             case.status = "ok"
-            case.runs.setdefault(run, []).extend(_rounds(row))
+            case.runs.setdefault(run, []).extend(_rounds(row, study))
             case.unstable |= bool(row["_unstable"])
         elif case.status != "ok":
             case.status = str(row["status"])
     return cases
 
 
-def _rounds(row: dict) -> list[list[float]]:
+def _rounds(row: dict, study: str) -> list[list[float]]:
     """A row's samples split into its rounds (one round when it ran in none, or when its
-    round sizes do not fit its samples), or its median alone when it kept no samples."""
+    round sizes do not fit its samples), or its value alone when it kept no samples. An
+    error row's trials are each a round of their own: independent draws, the interval's
+    units (see the module's docstring)."""
     samples = row["samples"]
     if not samples:
         return [[float(row["value"])]]
+    if study == ERROR:
+        return [[s] for s in samples]
     try:
         return split(samples, as_sizes(row.get("round_sizes")))
     except ValueError:
@@ -222,16 +282,23 @@ def _norm(value) -> str:
     return str(value)
 
 
-def _change(key: dict, a: _Case, b: _Case) -> Change:
+def _change(key: dict, a: _Case, b: _Case, study: str) -> Change:
+    """The case's change with its interval, when both centres are above 0 (a log ratio) and
+    each side has two samples or more."""
     sides = " and ".join(side for side, case in (("A", a), ("B", b)) if case.unstable)
-    change = Change(key, list(a.runs.values()), list(b.runs.values()), a.median, b.median)
+    runs_a, runs_b = list(a.runs.values()), list(b.runs.values())
+    change = Change(key, runs_a, runs_b, a.center(study), b.center(study), study=study)
     change.unstable = sides
-    if change.by_runs and change.a_median > 0:
-        change.low, change.high = runs_interval(change.a, change.b, seed=_case_seed(key))
-    elif min(_count(change.a), _count(change.b)) >= 2 and change.a_median > 0:
+    if not (change.a_center > 0 and change.b_center > 0):
+        return change
+    # RESAMPLES read here, not bound as a default, so a test may lower it
+    how = dict(resamples=RESAMPLES, seed=_case_seed(key), statistic=STATISTICS[study])
+    if change.by_runs:
+        change.low, change.high = runs_interval(runs_a, runs_b, **how)
+    elif min(_count(change.a), _count(change.b)) >= 2:
         pooled_a = [s for run in change.a for part in run for s in part]
         pooled_b = [s for run in change.b for part in run for s in part]
-        change.low, change.high = ratio_interval(pooled_a, pooled_b, seed=_case_seed(key))
+        change.low, change.high = ratio_interval(pooled_a, pooled_b, **how)
     return change
 
 
@@ -263,13 +330,14 @@ def _percent(fraction: float) -> str:
 def _rows(comparison: Comparison) -> list[tuple[str, ...]]:
     columns = comparison.varying()
     rows = []
+    number = "{:.3f}" if comparison.study == TIME else "{:.4g}"  # errors span decades
     for c in comparison.changes:
         rows.append(
             (
                 backend_label(c.key["backend"]),
                 _case_text(c.key, columns),
-                f"{c.a_median:.3f}",
-                f"{c.b_median:.3f}",
+                number.format(c.a_center),
+                number.format(c.b_center),
                 f"{c.ratio:.3f}",
                 "-" if c.low is None else f"{c.low:.3f}-{c.high:.3f}",
                 c.verdict,
@@ -279,17 +347,23 @@ def _rows(comparison: Comparison) -> list[tuple[str, ...]]:
 
 
 HEADERS = ("backend", "case", "A median ms", "B median ms", "B/A", "95% CI", "verdict")
+ERROR_HEADERS = ("backend", "case", "A mean", "B mean", "B/A", "95% CI", "verdict")
 LEFT = ("backend", "case", "verdict")
 STYLES = {"slower": "bold red", "faster": "bold green", "no CI": "yellow", "unstable": "yellow"}
+STYLES |= {"worse": "bold red", "better": "bold green"}
+
+
+def _headers(comparison: Comparison) -> tuple[str, ...]:
+    return HEADERS if comparison.study == TIME else ERROR_HEADERS
 
 
 def render_table(comparison: Comparison, title: str = "attnbench compare (B vs A)") -> Table:
     """A rich table; a significant verdict is coloured and marked with `*`."""
     table = Table(title=title)
-    for h in HEADERS:
+    for h in _headers(comparison):
         table.add_column(h, justify="left" if h in LEFT else "right")
     for *cells, verdict in _rows(comparison):
-        mark = " *" if verdict in ("slower", "faster") else ""
+        mark = " *" if verdict in VERDICTS[comparison.study] else ""
         style = STYLES.get(verdict)
         table.add_row(*cells, f"[{style}]{verdict}{mark}[/]" if style else verdict)
     return table
@@ -297,10 +371,11 @@ def render_table(comparison: Comparison, title: str = "attnbench compare (B vs A
 
 def render_markdown(comparison: Comparison) -> str:
     """A GitHub-flavoured Markdown table; a significant verdict is bold."""
-    lines = ["| " + " | ".join(HEADERS) + " |"]
-    lines.append("|" + "|".join("---" if h in LEFT else "---:" for h in HEADERS) + "|")
+    headers = _headers(comparison)
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join("---" if h in LEFT else "---:" for h in headers) + "|")
     for *cells, verdict in _rows(comparison):
-        if verdict in ("slower", "faster"):
+        if verdict in VERDICTS[comparison.study]:
             verdict = f"**{verdict}**"
         lines.append("| " + " | ".join((*cells, verdict)) + " |")
     return "\n".join(lines)
@@ -324,6 +399,29 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
     for c in comparison.changes:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no case in both files"
+    if comparison.study == TIME:
+        lines += _time_method(comparison, tally, counts)
+    else:
+        lines += _error_method(comparison, tally, counts)
+    shaky = [f"{_name(c.key, columns)} (in {c.unstable})" for c in comparison.changes if c.unstable]
+    if shaky:
+        lines.append(f"not judged, flagged unstable by its run: {'; '.join(shaky)}")
+    if threshold is not None:
+        failed = comparison.failures(threshold)
+        limit = _percent(threshold)
+        unjudged = f" ({len(shaky)} flagged unstable, not judged: see above)" if shaky else ""
+        worse = VERDICTS[comparison.study][0]
+        if failed:
+            names = "; ".join(f"{_name(c.key, columns)} {c.ratio:.3f}x" for c in failed)
+            lines.append(f"FAIL: significantly {worse} by more than {limit}: {names}{unjudged}")
+        else:
+            lines.append(f"pass: no case significantly {worse} by more than {limit}{unjudged}")
+    return lines
+
+
+def _time_method(comparison: Comparison, tally: str, counts: dict[str, int]) -> list[str]:
+    """How the ratios of medians and their intervals were made, and what they miss."""
+    lines = []
     by_runs = [c.by_runs for c in comparison.changes]
     if by_runs and all(by_runs):
         how = (
@@ -350,16 +448,24 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
         )
     if counts.get("no CI"):
         lines.append("no CI: fewer than 2 samples in a file, medians compared without an interval")
-    shaky = [f"{_name(c.key, columns)} (in {c.unstable})" for c in comparison.changes if c.unstable]
-    if shaky:
-        lines.append(f"not judged, flagged unstable by its run: {'; '.join(shaky)}")
-    if threshold is not None:
-        failed = comparison.failures(threshold)
-        limit = _percent(threshold)
-        unjudged = f" ({len(shaky)} flagged unstable, not judged: see above)" if shaky else ""
-        if failed:
-            names = "; ".join(f"{_name(c.key, columns)} {c.ratio:.3f}x" for c in failed)
-            lines.append(f"FAIL: significantly slower by more than {limit}: {names}{unjudged}")
-        else:
-            lines.append(f"pass: no case significantly slower by more than {limit}{unjudged}")
+    return lines
+
+
+def _error_method(comparison: Comparison, tally: str, counts: dict[str, int]) -> list[str]:
+    """How the ratios of trial means and their intervals were made, and the metrics left
+    out (a ratio of cosines or captured masses is no ratio of errors)."""
+    lines = [
+        f"{tally}: ratio of trial means B/A (errors: above 1 is worse) with a {LEVEL:.0%} t "
+        f"interval over the trials (over the files, with two or more a side), its spread "
+        f"from {RESAMPLES} bootstrap resamples; significant when the interval excludes 1"
+    ]
+    if counts.get("no CI"):
+        lines.append(
+            "no CI: fewer than 2 trials in a file, or a mean error of 0, means compared "
+            "without an interval"
+        )
+    if comparison.skipped:
+        lines.append(
+            "not compared (higher is closer, or not an error): " + ", ".join(comparison.skipped)
+        )
     return lines
