@@ -12,11 +12,12 @@ from attnbench.errors import UsageError
 @core.app.command("plot")
 def plot_cmd(
     results: Path = typer.Argument(
-        ..., help="a CSV or JSON written by time, error, model or profile"
+        ..., help="a CSV or JSON written by time, error, model or profile, or train's log"
     ),
     out: options.Out = None,
 ) -> None:
-    """Redraw a study's figure from a saved result file.
+    """Redraw a study's figure from a saved result file, or a training log's held-out
+    [MASK] loss against steps and time.
 
     The figure goes to --out, by default the result file with the suffix .png."""
     from attnbench.cli.parse import output_path
@@ -26,8 +27,24 @@ def plot_cmd(
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
     out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
+    if _is_training_log(results):
+        import pandas as pd
+
+        from attnbench.views.training import parity_plot
+
+        parity_plot(pd.read_csv(results), out, f"attnbench train: {results.name}")
+        core.console.print(f"wrote {out}")
+        return
     plot_results(shared.read_results(results), out, shared.run_env(results))
     core.console.print(f"wrote {out}")
+
+
+def _is_training_log(path: Path) -> bool:
+    """A CSV whose header has train's held-out [MASK] loss column."""
+    if path.suffix.lower() != ".csv":
+        return False
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return "heldout_mask_loss" in f.readline().split(",")
 
 
 @core.app.command("pareto")

@@ -38,6 +38,9 @@ def train(
     heads: int = typer.Option(2, min=1),
     hidden: int = typer.Option(512, min=1, help="feed-forward width"),
     evals: int = typer.Option(4, min=1, help="evaluations on the held-out text"),
+    max_seconds: float | None = typer.Option(
+        None, min=0.0, help="stop a backend after this many training seconds (scored there)"
+    ),
     seed: int = typer.Option(0, min=0),
     threads: options.Threads = None,
     out: Path | None = typer.Option(
@@ -66,7 +69,7 @@ def train(
         raise UsageError(f"--width {width} is not a multiple of --heads {heads}")
     runs = [
         _training(model, steps, tokens, lengths, lr, warmup, evals, seed, layers, width,
-                  hidden, heads)
+                  hidden, heads, max_seconds)
         for model in models
     ]  # fmt: skip
     out = output_path(out, "--out", (".pt",))
@@ -80,7 +83,7 @@ def train(
 
 
 def _training(model, steps, tokens, lengths, lr, warmup, evals, seed, layers, width, hidden,
-              heads):  # fmt: skip
+              heads, max_seconds):  # fmt: skip
     from attnbench.cli.parse import parse_sizes
     from attnbench.nn.mlm import MLMConfig
     from attnbench.studies.train import Training, config_for
@@ -96,7 +99,7 @@ def _training(model, steps, tokens, lengths, lr, warmup, evals, seed, layers, wi
         raise UsageError(f"--backends {model.spec}: YOSO trains with a fixed integer tau")
     return Training(
         backend=model, config=config_for(model, config), steps=steps, tokens=tokens,
-        lengths=sizes, lr=lr, warmup=warmup, evals=evals, seed=seed,
+        lengths=sizes, lr=lr, warmup=warmup, evals=evals, seed=seed, max_seconds=max_seconds,
     )  # fmt: skip
 
 
@@ -172,7 +175,8 @@ def _save(model, run, entries, out: Path, command, text, held, threads) -> None:
     last = entries[-1]
     facts = {
         "command": command, "backend": run.backend.spec,
-        "steps": run.steps, "tokens_per_step": run.tokens, "lengths": list(run.lengths),
+        "steps": last["step"], "steps_planned": run.steps, "tokens_per_step": run.tokens,
+        "lengths": list(run.lengths),
         "lr": run.lr, "warmup": run.warmup, "seed": run.seed, "training_bytes": len(text),
         "held_out_bytes": len(held), "seconds": last["seconds"], "threads": threads,
         "torch": str(torch.__version__), "python": platform.python_version(),

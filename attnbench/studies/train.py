@@ -82,6 +82,9 @@ class Training:
     warmup: int = 100
     evals: int = 5  # evaluations on the held-out text, evenly spaced, the last at the end
     seed: int = 0
+    # training seconds after which a run stops early, evaluated at the step it stopped; the
+    # schedule stays that of `steps`, so a stopped run matches a whole one step for step
+    max_seconds: float | None = None
 
     def learning_rate(self, step: int) -> float:
         """Linear warm-up over `warmup` steps, then a cosine decay to a tenth."""
@@ -236,11 +239,14 @@ def train(
         trained += time.perf_counter() - started
         entry = {"backend": run.backend.spec, "step": step + 1, "n": n, "batch": batch,
                  "lr": run.learning_rate(step), "loss": value, "seconds": trained}  # fmt: skip
-        if step + 1 in run.eval_steps():
+        stop = run.max_seconds is not None and trained >= run.max_seconds
+        if step + 1 in run.eval_steps() or stop:
             entry.update(evaluate())
         log.append(entry)
         if on_step is not None:
             on_step(entry)
+        if stop:
+            break
     return model, log
 
 
