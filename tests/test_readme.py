@@ -78,7 +78,8 @@ def test_readme_stays_short():
 SMALL = {
     "--seq": "16,32", "--grid": "8x8", "--hashes": "8", "--repeats": "2", "--warmup": "0",
     "--min-time": "0", "--trials": "1", "--mc-seeds": "1", "--steps": "1", "--max-batch": "1",
-    "--threads": "1", "--heads": "1", "--layers": "1",
+    "--threads": "1", "--heads": "1", "--layers": "1", "--evals": "1", "--lengths": "256",
+    "--tokens": "256",
 }  # fmt: skip
 
 

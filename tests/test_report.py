@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_committed_reports_match_the_csvs(tmp_path):
     written = write_reports(ROOT / "plots", tmp_path)
-    assert [p.name for p in written] == ["yoso.md", "scram.md", "field.md", "gpu.md"]
+    assert [p.name for p in written] == ["yoso.md", "scram.md", "field.md", "gpu.md", "training.md"]
     for path in written:
         committed = ROOT / "docs" / "results" / path.name
         assert path.read_bytes() == committed.read_bytes(), (
@@ -27,6 +27,7 @@ def test_files_go_to_their_paper():
     assert report_for("scram-fig4.csv") == "scram.md"
     assert report_for("field-pareto-time.csv") == "field.md"
     assert report_for("gpu-h200-time-float32-fwd.csv") == "gpu.md"
+    assert report_for("train-parity.csv") == "training.md"
     assert report_for("other.csv") is None
 
 

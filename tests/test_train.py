@@ -187,12 +187,19 @@ def test_bad_layer_or_head_is_a_usage_error(checkpoint, kind, message):
         Inputs(kind, 1, 1, 1)
 
 
-def test_committed_checkpoint_is_yoso_trained_and_beats_unigram():
+def test_committed_checkpoint_is_the_parity_runs_yoso_model_and_learned_context():
+    from pathlib import Path
+
     model, facts = load(trained.CHECKPOINT)
-    assert facts["backend"].startswith("yoso:m=32,tau=8")
-    assert facts["command"] == "attnbench run profiles/yoso-mlm-train.toml"
-    assert facts["heldout_accuracy"] > facts["unigram_accuracy"]
-    assert model.config.positions == 4096 and model.config.width // model.config.heads == 64
+    # trained with YOSO's default backward, in the committed training-parity run
+    assert facts["backend"] == get_backend("yoso:m=32,tau=8").spec
+    assert facts["command"] == "attnbench run profiles/train-parity.toml"
+    log = pd.read_csv(Path(__file__).resolve().parents[1] / "plots" / "train-parity.csv")
+    last = log[log["backend"] == facts["backend"]].iloc[-1]
+    assert facts["heldout_mask_loss"] == pytest.approx(last["heldout_mask_loss"])
+    # context, not copying: half a nat below the unigram model at [MASK] positions
+    assert facts["heldout_mask_loss"] < facts["heldout_unigram_mask_loss"] - 0.5
+    assert model.config.rotary and model.config.width // model.config.heads == 64
     q, k, v = Inputs("model:yoso-mlm", 1, 1, 1).make(4096, 0, torch.float32, "cpu")
     assert q.shape == (1, 2, 4096, 64) and torch.isfinite(q).all()
 
@@ -304,3 +311,77 @@ def test_corpus_holds_out_documentation_it_never_trains_on():
     held = held_out_bytes()
     assert len(held) > 3 * 4096  # three trials of the longest Fig. 8 input
     assert held not in training_bytes()
+
+
+def _log_rows(backend: str, losses: list[float], step_seconds: float) -> list[dict]:
+    """A training log's rows: an evaluation every step, the given held-out [MASK] losses."""
+    scores = {"heldout_mask_accuracy": 0.5, "heldout_random_accuracy": 0.1,
+              "heldout_kept_accuracy": 0.9, "heldout_unigram_mask_loss": 3.2,
+              "heldout_unigram_mask_accuracy": 0.25, "heldout_copy_accuracy": 0.3,
+              "heldout_seen_share": 0.18}  # fmt: skip
+    return [
+        {"backend": backend, "step": i + 1, "loss": 1.0, "seconds": (i + 1) * step_seconds,
+         "threads": 2, "load1": 2.0, "heldout_mask_loss": loss, **scores}
+        for i, loss in enumerate(losses)
+    ]  # fmt: skip
+
+
+def test_parity_table_times_each_backend_to_the_yoso_target(tmp_path):
+    from attnbench.views.report import training_section
+    from attnbench.views.training import parity_table, target_loss
+
+    log = pd.DataFrame(
+        _log_rows("sdpa", [2.7, 2.0, 1.5], 3.0)
+        + _log_rows("yoso:m=8,backward=proj", [3.0, 2.8, 2.6], 1.0)
+        + _log_rows("yoso:m=8,backward=pairs", [2.9, 2.4, 2.2], 2.0)
+    )
+    # the worst of the YOSO runs' best losses: every YOSO run reaches it
+    assert target_loss(log) == 2.6
+    header, rows, _ = parity_table(log)
+    reach = {row[0]: row[header.index("s to it")] for row in rows}
+    steps = {row[0]: row[header.index("steps to 2.600")] for row in rows}
+    assert steps == {"`sdpa`": "2", "`yoso:m=8,backward=proj`": "3",
+                     "`yoso:m=8,backward=pairs`": "2"}  # fmt: skip
+    assert reach == {"`sdpa`": "6", "`yoso:m=8,backward=proj`": "3",
+                     "`yoso:m=8,backward=pairs`": "4"}  # fmt: skip
+    assert [row[header.index("s/step")] for row in rows] == ["3.000", "1.000", "2.000"]
+    path = tmp_path / "train-x.csv"
+    log.to_csv(path, index=False)
+    text = "\n".join(training_section(path))
+    assert "unigram model 3.200" in text and "18.0%" in text
+
+
+def test_plot_redraws_a_training_log(tmp_path):
+    log = pd.DataFrame(_log_rows("sdpa", [2.7, 2.0], 3.0) + _log_rows("yoso:m=8", [3.0, 2.6], 1.0))
+    path = tmp_path / "train-x.csv"
+    log.to_csv(path, index=False)
+    result = CliRunner().invoke(cli.app, ["plot", str(path), "--out", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_time_budget_stops_a_run_early_and_scores_it_there():
+    _, log = train(tiny_run(steps=10, backend="softmax", max_seconds=0.0), TEXT, HELD)
+    assert len(log) == 1 and "heldout_mask_loss" in log[0]
+    _, whole = train(tiny_run(steps=10, backend="softmax"), TEXT, HELD)
+    assert whole[0]["loss"] == log[0]["loss"]  # the same schedule, step for step
+
+
+def test_train_step_cost_benchmark_times_each_backward(checkpoint, tmp_path, small_text):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step_cost.py"
+    spec = importlib.util.spec_from_file_location("train_step_cost", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path, _ = checkpoint
+    csv = tmp_path / "cost.csv"
+    result = CliRunner().invoke(
+        module.app,
+        ["--checkpoint", str(path), "--backends", "yoso:m=8,tau=8,backward=proj,softmax",
+         "--rounds", "2", "--n", "32", "--batch", "2", "--threads", "1", "--csv", str(csv)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = pd.read_csv(csv)
+    assert len(rows) == 2 and (rows["median_s"] > 0).all() and rows["vs_first"].iloc[0] == 1.0

@@ -72,6 +72,8 @@ def train(
                   hidden, heads, max_seconds)
         for model in models
     ]  # fmt: skip
+    if out is not None and out.suffix.lower() == ".pt":
+        out.parent.mkdir(parents=True, exist_ok=True)  # checkpoints/ of a fresh checkout
     out = output_path(out, "--out", (".pt",))
     outs = [_checkpoint_path(out, run.backend.spec, len(runs)) for run in runs]
     log = output_path(log, "--log", (".csv",))

@@ -28,12 +28,14 @@ REPORTS = {
     "scram.md": ("scram-",),
     "field.md": ("field-", "profile-"),
     "gpu.md": ("gpu-",),
+    "training.md": ("train-",),
 }
 TITLES = {
     "yoso.md": "YOSO results",
     "scram.md": "SCRAM results",
     "field.md": "The field's efficient attentions",
     "gpu.md": "On a GPU",
+    "training.md": "Training parity",
 }
 BASELINE = "sdpa"
 
@@ -76,6 +78,12 @@ def render_report(report: str, csvs: list[Path]) -> str:
     for path in csvs:
         if report_for(path.name) != report:
             continue
+        if report == "training.md":
+            if "heldout_mask_loss" in pd.read_csv(path, nrows=0).columns:
+                lines += training_section(path)
+            else:
+                other.append(path)  # a benchmark script's table beside the logs
+            continue
         try:
             frame = read_rows(path)
         except ValueError as exc:
@@ -97,6 +105,32 @@ def render_report(report: str, csvs: list[Path]) -> str:
                   "`benchmarks/` (its docstring says what the columns are).", ""]  # fmt: skip
         lines += markdown_table(*plain_table(pd.read_csv(path))) + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def training_section(path: Path) -> list[str]:
+    """A training log's section: the baselines, then where each backend got to."""
+    from attnbench.views.training import baselines, parity_table
+
+    log = pd.read_csv(path)
+    base = baselines(log)
+    threads = (
+        ", ".join(str(int(t)) for t in sorted(set(log["threads"]))) if "threads" in log else "?"
+    )
+    return [
+        f"## {path.stem}",
+        "",
+        f"`plots/{path.name}`, written by `attnbench train`; {threads} threads; held-out "
+        f"[MASK] loss of the unigram model {base['unigram_mask_loss']:.3f} nats, its accuracy "
+        f"{base['unigram_mask_accuracy']:.3f}; copy-or-most-frequent over all masked bytes "
+        f"{base['copy_accuracy']:.3f}; {base['seen_share']:.1%} of the held-out masked bytes "
+        "were left out as seen verbatim in training. `train s`: training alone, evaluations "
+        "excluded; `load`: the host's mean one-minute load during the run; `steps to`, `s to "
+        "it`: the step and training seconds at which the held-out [MASK] loss first reached "
+        "the worst of the YOSO runs' best losses (at an evaluation step).",
+        "",
+        *markdown_table(*parity_table(log)),
+        "",
+    ]
 
 
 def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
