@@ -1,11 +1,13 @@
 """Q, K, V of a model trained with YOSO attention: `--inputs model:yoso-mlm[:layer=L,head=H]`.
 
 The model is the byte-level masked language model that `attnbench train` trains with
-yoso:m=32,tau=8 (profiles/yoso-mlm-train.toml); its checkpoint ships in the package. It
-reads n <= its positions (4096) bytes of held-out text, Python's reference documentation
-never trained on, as one contiguous sequence: no windows joined. Trial seed s reads the n
-bytes after seed s - 1's, wrapping at the text's end. Layers before L attend with YOSO's
-expectation, the deterministic inference, so the same seed gives the same Q, K, V.
+yoso:m=32,tau=8 and YOSO's default backward in the training-parity run
+(profiles/train-parity.toml, n = 1024); its checkpoint ships in the package. Its positions
+are rotary, so it reads any n <= its positions (4096) bytes of held-out text, Python's
+reference documentation never trained on, as one contiguous sequence: no windows joined.
+Trial seed s reads the n bytes after seed s - 1's, wrapping at the text's end. Layers before
+L attend with YOSO's expectation, the deterministic inference, so the same seed gives the
+same Q, K, V.
 """
 
 from __future__ import annotations
