@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.views.figures import atomic_save, plt
+from attnbench.views.labels import backend_label
 
 HEADLINE = "heldout_mask_loss"
 
@@ -25,18 +26,22 @@ def parity_plot(log: pd.DataFrame, path: Path, title: str) -> None:
     """Two panels, held-out [MASK] loss against steps and against training seconds, with
     the unigram baseline's loss dashed."""
     held = evaluations(log)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     try:
         for backend, rows in held.groupby("backend", sort=False):
+            label = backend_label(str(backend))
             for ax, x in zip(axes, ("step", "seconds"), strict=True):
-                ax.plot(rows[x], rows[HEADLINE], "o-", markersize=3, label=backend)
+                ax.plot(rows[x], rows[HEADLINE], "o-", markersize=3, label=label)
         unigram = held["heldout_unigram_mask_loss"].iloc[-1]
-        for ax, x in zip(axes, ("step", "training seconds"), strict=True):
+        xlabels = ("step", "training seconds (as logged: see each row's threads and load1)")
+        for ax, x in zip(axes, xlabels, strict=True):
             ax.axhline(unigram, color="0.5", linestyle="--", linewidth=1, label="unigram")
             ax.set_xlabel(x)
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("held-out [MASK] cross-entropy (nats)")
-        axes[1].legend(fontsize=7)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center right", fontsize=8)
+        fig.subplots_adjust(right=0.80)
         fig.suptitle(title, fontsize=8)
         atomic_save(fig, path)
     finally:
