@@ -20,7 +20,7 @@ from attnbench.measure.rounds import paired_speedup, round_medians, split
 from attnbench.measure.timing import Timer
 from attnbench.run import runner
 from attnbench.studies.time import TimeSpec
-from attnbench.views import compare
+from attnbench.views import compare, compare_text
 
 TINY = ["--seq", "16", "--heads", "1", "--dim", "8", "--min-time", "0", "--warmup", "1"]
 COST_MS = {0: 1.0, 1: 2.0}  # the first backend timed (the baseline, sdpa) and the second
@@ -211,7 +211,7 @@ def test_compare_takes_rounds_as_units(tmp_path):
     (change,) = comparison.changes
     assert change.by_runs and [len(r) for r in change.a[0]] == [20] * 5
     assert change.low < 1.0 < change.high  # drift between rounds is in the interval
-    lines = " ".join(compare.summary(comparison, 0.05))
+    lines = " ".join(compare_text.summary(comparison, 0.05))
     assert "runs, then rounds, then samples" in lines and "one run on a side" in lines
     pooled_low, pooled_high = compare.ratio_interval(
         [s for r in change.a[0] for s in r], [s for r in change.b[0] for s in r]

@@ -327,8 +327,7 @@ def _log_rows(backend: str, losses: list[float], step_seconds: float) -> list[di
 
 
 def test_parity_table_times_each_backend_to_the_yoso_target(tmp_path):
-    from attnbench.views.report import training_section
-    from attnbench.views.training import parity_table, target_loss
+    from attnbench.views.training import parity_table, target_loss, training_section
 
     log = pd.DataFrame(
         _log_rows("sdpa", [2.7, 2.0, 1.5], 3.0)

@@ -113,17 +113,17 @@ def compare_cmd(
     is closer by the ratio of its trial means, the trials the interval's units: worse or
     better."""
     from attnbench.cli.parse import parse_fraction
-    from attnbench.views import compare
+    from attnbench.views import compare, compare_text
 
     threshold = None  # a share, as parse_fraction reads it
     if fail_above is not None:
         threshold = parse_fraction(fail_above, "--fail-above", "a slowdown")
     comparison = compare.compare_files(a, b)
     if markdown:
-        typer.echo(compare.render_markdown(comparison) + "\n")
+        typer.echo(compare_text.render_markdown(comparison) + "\n")
     else:
-        core.console.print(compare.render_table(comparison))
-    for line in compare.summary(comparison, threshold):
+        core.console.print(compare_text.render_table(comparison))
+    for line in compare_text.summary(comparison, threshold):
         typer.echo(line)
     if comparison.failures(threshold):
         raise typer.Exit(1)

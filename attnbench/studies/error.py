@@ -40,7 +40,7 @@ from attnbench.backends.rowblocks import by_rows, planes_of, row_blocks
 from attnbench.backends.softmax import softmax_weights
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs, Source
-from attnbench.measure.gradients import DrawStats, draw_statistics, pooled_bias, pooled_noise
+from attnbench.measure.gradients import DrawStats, draw_statistics
 from attnbench.measure.memory import available_bytes
 from attnbench.measure.metrics import (
     SLOPE,
@@ -266,7 +266,9 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
         for metric, value in metrics.items():
             found.setdefault(metric, []).append(value)
     rows = [_row(case, metric, values) for metric, values in found.items()]
-    rows += [row for name, stats in drawn.items() for row in _draw_rows(case, name, stats, vs)]
+    rows += [
+        row for name, stats in drawn.items() for row in gradients.draw_rows(case, name, stats, vs)
+    ]
     return rows + [
         case_row(case, metric, unit=_unit(metric), status="skipped", reason=reason)
         for metric, reason in skipped.items()
@@ -319,45 +321,6 @@ def _monte_carlo(outs: torch.Tensor, expected, vs: str) -> dict[str, float]:
         "mc_bias" + vs: float((outs.mean(0) - expected).norm() / norm),
         "mc_std" + vs: float(outs.var(0, unbiased=True).sum().sqrt() / norm),
     }
-
-
-def _draw_rows(case: Case, name: str, stats: list[DrawStats], vs: str) -> list[Row]:
-    """grad_bias_<g> and grad_noise_<g> over the trials' draws (`measure.gradients`), their
-    Monte Carlo standard errors as std; samples: each trial's own value."""
-    first, draws = case.seed, case.settings["mc_seeds"]
-    where = f"vs {case.settings['reference']}, trial seeds {first}..{first + len(stats) - 1}, "
-    where += f"{draws} draws each"
-    bias, bias_se = pooled_bias(stats)
-    noise, noise_se = pooled_noise(stats)
-    rows = []
-    for metric, value, std, samples, how in (
-        (
-            f"grad_bias_{name}{vs}", bias, bias_se, [max(s.bias2, 0.0) ** 0.5 for s in stats],
-            "sqrt of the mean over trials of (|mean of draws - ref|^2 - tr cov / draws) "
-            "/ |ref|^2; std: half the width of sqrt(mean +- se), se by the jackknife "
-            "over draws",
-        ),
-        (
-            f"grad_noise_{name}{vs}", noise, noise_se, [s.noise for s in stats],
-            "sqrt of the sum of per-entry variances over draws / |ref|, mean over trials; "
-            "std: its standard error by the jackknife over draws",
-        ),
-    ):  # fmt: skip
-        rows.append(
-            case_row(
-                case,
-                metric,
-                unit="",
-                value=value,
-                std=std,
-                count=len(stats),
-                p10=float(np.percentile(samples, 10)),
-                p90=float(np.percentile(samples, 90)),
-                samples=[float(x) for x in samples],
-                method=f"{where}; {how}",
-            )  # fmt: skip
-        )
-    return rows
 
 
 def _map_metrics(backend: Backend, q, k, grid, vs: str = "_vs_softmax") -> dict[str, float]:

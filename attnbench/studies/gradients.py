@@ -13,8 +13,11 @@ import torch
 
 from attnbench.backends import Backend
 from attnbench.backends.rowblocks import planes_of, row_blocks
-from attnbench.measure.gradients import cosine
+from attnbench.measure.gradients import DrawStats, cosine, pooled_bias, pooled_noise
 from attnbench.measure.metrics import rel_frobenius
+from attnbench.results.schema import Row
+from attnbench.run.case import Case
+from attnbench.run.study import case_row
 from attnbench.studies.exact import softmax_attention
 
 GRADIENTS = ("dq", "dk", "dv")
@@ -86,3 +89,42 @@ def one_call_metrics(grads, expected, vs: str) -> dict[str, float]:
         metrics[f"grad_rel_{name}{vs}"] = rel_frobenius(g, ref)
         metrics[f"grad_cos_{name}{vs}"] = cosine(g, ref)
     return metrics
+
+
+def draw_rows(case: Case, name: str, stats: list[DrawStats], vs: str) -> list[Row]:
+    """grad_bias_<g> and grad_noise_<g> over the trials' draws (`measure.gradients`), their
+    Monte Carlo standard errors as std; samples: each trial's own value."""
+    first, draws = case.seed, case.settings["mc_seeds"]
+    where = f"vs {case.settings['reference']}, trial seeds {first}..{first + len(stats) - 1}, "
+    where += f"{draws} draws each"
+    bias, bias_se = pooled_bias(stats)
+    noise, noise_se = pooled_noise(stats)
+    rows = []
+    for metric, value, std, samples, how in (
+        (
+            f"grad_bias_{name}{vs}", bias, bias_se, [max(s.bias2, 0.0) ** 0.5 for s in stats],
+            "sqrt of the mean over trials of (|mean of draws - ref|^2 - tr cov / draws) "
+            "/ |ref|^2; std: half the width of sqrt(mean +- se), se by the jackknife "
+            "over draws",
+        ),
+        (
+            f"grad_noise_{name}{vs}", noise, noise_se, [s.noise for s in stats],
+            "sqrt of the sum of per-entry variances over draws / |ref|, mean over trials; "
+            "std: its standard error by the jackknife over draws",
+        ),
+    ):  # fmt: skip
+        rows.append(
+            case_row(
+                case,
+                metric,
+                unit="",
+                value=value,
+                std=std,
+                count=len(stats),
+                p10=float(np.percentile(samples, 10)),
+                p90=float(np.percentile(samples, 90)),
+                samples=[float(x) for x in samples],
+                method=f"{where}; {how}",
+            )  # fmt: skip
+        )
+    return rows

@@ -26,3 +26,24 @@ def missing(value) -> bool:
         return bool(pd.isna(value))
     except (TypeError, ValueError):
         return False
+
+
+def size(row) -> str:
+    """A row's size: its image HxW, else its n."""
+    if not missing(row.get("grid_h")) and not missing(row.get("grid_w")):
+        return f"{int(row['grid_h'])}×{int(row['grid_w'])}"
+    return str(int(row["seq"]))
+
+
+def size_header(frame) -> str:
+    """The size column's header: "image" when any row is an image, else "n"."""
+    return "image" if frame["grid_h"].notna().any() else "n"
+
+
+def markdown_table(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
+    """A GitHub-flavoured Markdown table; `|` inside a cell is escaped."""
+    esc = [[c.replace("|", "\\|") for c in r] for r in [header, *rows]]
+    lines = ["| " + " | ".join(esc[0]) + " |"]
+    lines.append("| " + " | ".join("---:" if r else "---" for r in right) + " |")
+    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    return lines

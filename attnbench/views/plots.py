@@ -42,7 +42,6 @@ FAILED_MARKS = {
 }
 MEAN_LABEL = "mean of the kept samples"
 YOSO_E_METRIC, SOFTMAX_METRIC = "radian_vs_yoso_e", "radian_vs_softmax"
-GRADIENT_METRIC = "grad_rel_"  # one call's gradient error (error --mode fwdbwd)
 
 
 def plot_results(df: pd.DataFrame, path: Path, env: dict | None = None) -> None:
@@ -179,8 +178,10 @@ def error_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
     """Angle to YOSO-E and to exact softmax vs n, as in the YOSO paper's error plot; a case
     that did not run is marked at the bottom edge of its panel, as in the time figure. A
     file with gradient rows (error --mode fwdbwd) gets `gradient_figure` instead."""
-    if rows["metric"].astype(str).str.startswith(GRADIENT_METRIC).any():
-        return gradient_figure(rows, failed)
+    from attnbench.views import gradients
+
+    if rows["metric"].astype(str).str.startswith(gradients.GRADIENT_METRIC).any():
+        return gradients.gradient_figure(rows, failed, _Lines)
     frames = [(m, rows[rows["metric"] == m]) for m in (YOSO_E_METRIC, SOFTMAX_METRIC)]
     frames = [(m, f) for m, f in frames if not f.empty]
     if not frames:
@@ -207,37 +208,6 @@ def error_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
             mine = failed[failed["metric"].astype(str).isin([metric, "", "nan", "None"])]
             lines.draw_failed(ax, mine, frame)
     lines.legend(fig, axes[: len(frames)])
-    return fig
-
-
-def gradient_figure(rows: pd.DataFrame, failed: pd.DataFrame | None = None):
-    """One call's relative error of dQ, dK and dV against the reference vs n (log y: exact
-    backends sit at rounding, estimators near 1), mean ± std over trials, a line per backend."""
-    metrics = rows["metric"].astype(str)
-    reference = sorted(set(metrics[metrics.str.startswith(GRADIENT_METRIC)]))[0]
-    reference = reference.partition("_vs_")[2]
-    panels = [(g, f"{GRADIENT_METRIC}{g.lower()}_vs_{reference}") for g in ("dQ", "dK", "dV")]
-    drawn = rows[rows["metric"].isin([m for _, m in panels])]
-    parts, varying = case_parts(drawn)
-    target = reference.replace("_", "-")
-    fig, axes = new_figure(3, f"Gradient error vs sequence length, against {target}", parts)
-    lines = _Lines(drawn, varying)
-    for ax, (name, metric) in zip(axes, panels, strict=True):
-        frame = drawn[(drawn["metric"] == metric) & (drawn["value"] > 0)]
-        style_n_axis(ax, drawn["seq"])
-        low = frame["value"] - frame["std"]
-        frame = frame.assign(
-            lo=low.where(low > 0, frame["value"] / 10), hi=frame["value"] + frame["std"]
-        )
-        lines.draw(ax, frame, band=("lo", "hi"))
-        ax.set_yscale("log")
-        plain_log_ticks(ax.yaxis)
-        ax.set_ylabel(f"|{name} − {name} of {target}| / |{name} of {target}|")
-        ax.set_title(f"{name}: one call, mean ± std over trials")
-        if failed is not None and not failed.empty:
-            mine = failed[failed["metric"].astype(str).isin([metric, "", "nan", "None"])]
-            lines.draw_failed(ax, mine, frame)
-    lines.legend(fig, axes)
     return fig
 
 

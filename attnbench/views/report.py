@@ -18,8 +18,11 @@ import numpy as np
 import pandas as pd
 
 from attnbench.results.read import read_rows
+from attnbench.views.cells import markdown_table
 from attnbench.views.cells import missing as _missing
 from attnbench.views.cells import number as _num
+from attnbench.views.cells import size as _size
+from attnbench.views.cells import size_header as _size_header
 from attnbench.views.summaries import SLOPE, SLOPE_NOTE, plain_table, slope_table
 from attnbench.views.tables import inapplicable
 
@@ -79,6 +82,8 @@ def render_report(report: str, csvs: list[Path]) -> str:
         if report_for(path.name) != report:
             continue
         if report == "training.md":
+            from attnbench.views.training import training_section
+
             if "heldout_mask_loss" in pd.read_csv(path, nrows=0).columns:
                 lines += training_section(path)
             else:
@@ -107,32 +112,6 @@ def render_report(report: str, csvs: list[Path]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def training_section(path: Path) -> list[str]:
-    """A training log's section: the baselines, then where each backend got to."""
-    from attnbench.views.training import baselines, parity_table
-
-    log = pd.read_csv(path)
-    base = baselines(log)
-    threads = (
-        ", ".join(str(int(t)) for t in sorted(set(log["threads"]))) if "threads" in log else "?"
-    )
-    return [
-        f"## {path.stem}",
-        "",
-        f"`plots/{path.name}`, written by `attnbench train`; {threads} threads; held-out "
-        f"[MASK] loss of the unigram model {base['unigram_mask_loss']:.3f} nats, its accuracy "
-        f"{base['unigram_mask_accuracy']:.3f}; copy-or-most-frequent over all masked bytes "
-        f"{base['copy_accuracy']:.3f}; {base['seen_share']:.1%} of the held-out masked bytes "
-        "were left out as seen verbatim in training. `train s`: training alone, evaluations "
-        "excluded; `load`: the host's mean one-minute load during the run; `steps to`, `s to "
-        "it`: the step and training seconds at which the held-out [MASK] loss first reached "
-        "the worst of the YOSO runs' best losses (at an evaluation step).",
-        "",
-        *markdown_table(*parity_table(log)),
-        "",
-    ]
-
-
 def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
     """A section for one result file: its setting, then its table."""
     study = str(frame["study"].iloc[0]) if len(frame) else "?"
@@ -152,6 +131,8 @@ def render_file(path: Path, frame: pd.DataFrame) -> list[str]:
         gradients = frame["metric"].astype(str).str.startswith("grad_")
         lines += markdown_table(*error_table(frame[~gradients]))
         if gradients.any():
+            from attnbench.views.gradients import GRADIENT_NOTE, gradient_table
+
             lines += ["", GRADIENT_NOTE, ""]
             lines += markdown_table(*gradient_table(frame[gradients]))
     lines.append("")
@@ -191,16 +172,6 @@ def _inputs_kind(inputs: str) -> str:
     """`image:camera 32x32` → `image:camera`: the size has its own column."""
     head, _, tail = inputs.rpartition(" ")
     return head if head and "x" in tail and tail.replace("x", "").isdigit() else inputs
-
-
-def _size(row) -> str:
-    if not _missing(row.get("grid_h")) and not _missing(row.get("grid_w")):
-        return f"{int(row['grid_h'])}×{int(row['grid_w'])}"
-    return str(int(row["seq"]))
-
-
-def _size_header(frame: pd.DataFrame) -> str:
-    return "image" if frame["grid_h"].notna().any() else "n"
 
 
 def time_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
@@ -332,35 +303,6 @@ def error_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
     return header, rows, [False, True, *([True] * len(metrics)), False]
 
 
-GRADIENT_NOTE = (
-    "Gradients (`error --mode fwdbwd`), one upstream gradient per trial: one call's relative"
-    " error and cosine, mean ± std over trials; over a stochastic backend's draws, its"
-    " relative bias and one call's relative noise, ± their Monte Carlo standard errors."
-)
-GRADIENT_KINDS = ("rel", "cos", "bias", "noise")
-GRADIENT_NAMES = {"dq": "dQ", "dk": "dK", "dv": "dV"}
-
-
-def gradient_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
-    """One row per (backend, size, reference, gradient), one column per gradient metric
-    (grad_<kind>_<g>_vs_<reference>)."""
-    cells: dict[tuple, dict[str, str]] = {}
-    for _, row in frame[frame["status"] == "ok"].iterrows():
-        name, _, reference = str(row["metric"]).partition("_vs_")
-        _, kind, gradient = name.split("_", 2)
-        key = (row["backend"], _size(row), reference.replace("_", "-"), gradient)
-        std = row.get("std")
-        text = _num(row["value"])
-        cells.setdefault(key, {})[kind] = text if _missing(std) else f"{text} ± {_num(std)}"
-    rows = [
-        [f"`{backend}`", size, reference, GRADIENT_NAMES.get(gradient, gradient),
-         *(found.get(kind, "–") for kind in GRADIENT_KINDS)]
-        for (backend, size, reference, gradient), found in cells.items()
-    ]  # fmt: skip
-    header = ["backend", _size_header(frame), "vs", "gradient", "rel. error", "cosine"]
-    return [*header, "bias", "noise"], rows, [False, True, False, False, True, True, True, True]
-
-
 PROFILE_NOTE = (
     "Rates by the algorithmic count (the backend's own work); % of the bound that applies at "
     "the stage's intensity (GEMM peak or the bandwidth of the level its working set fits in, "
@@ -396,15 +338,6 @@ def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list
     header = ["backend", _size_header(frame), "stage", "median", "share", "GFLOP/s", "GB/s"]
     header += ["% of bound", "dense-eq. GFLOP/s"]
     return header, rows, [False, True, False, True, True, True, True, False, True]
-
-
-def markdown_table(header: list[str], rows: list[list[str]], right: list[bool]) -> list[str]:
-    """A GitHub-flavoured Markdown table; `|` inside a cell is escaped."""
-    esc = [[c.replace("|", "\\|") for c in r] for r in [header, *rows]]
-    lines = ["| " + " | ".join(esc[0]) + " |"]
-    lines.append("| " + " | ".join("---:" if r else "---" for r in right) + " |")
-    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
-    return lines
 
 
 def _status(row) -> str:

@@ -99,3 +99,29 @@ def baselines(log: pd.DataFrame) -> dict[str, float]:
     last = evaluations(log).iloc[-1]
     keys = ("unigram_mask_loss", "unigram_mask_accuracy", "copy_accuracy", "seen_share")
     return {key: float(last[f"heldout_{key}"]) for key in keys}
+
+
+def training_section(path: Path) -> list[str]:
+    """A training log's section: the baselines, then where each backend got to."""
+    from attnbench.views.cells import markdown_table
+
+    log = pd.read_csv(path)
+    base = baselines(log)
+    threads = (
+        ", ".join(str(int(t)) for t in sorted(set(log["threads"]))) if "threads" in log else "?"
+    )
+    return [
+        f"## {path.stem}",
+        "",
+        f"`plots/{path.name}`, written by `attnbench train`; {threads} threads; held-out "
+        f"[MASK] loss of the unigram model {base['unigram_mask_loss']:.3f} nats, its accuracy "
+        f"{base['unigram_mask_accuracy']:.3f}; copy-or-most-frequent over all masked bytes "
+        f"{base['copy_accuracy']:.3f}; {base['seen_share']:.1%} of the held-out masked bytes "
+        "were left out as seen verbatim in training. `train s`: training alone, evaluations "
+        "excluded; `load`: the host's mean one-minute load during the run; `steps to`, `s to "
+        "it`: the step and training seconds at which the held-out [MASK] loss first reached "
+        "the worst of the YOSO runs' best losses (at an evaluation step).",
+        "",
+        *markdown_table(*parity_table(log)),
+        "",
+    ]
