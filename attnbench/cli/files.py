@@ -27,24 +27,16 @@ def plot_cmd(
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
     out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
-    if _is_training_log(results):
-        import pandas as pd
+    from attnbench.views.training import is_training_log, parity_plot
 
-        from attnbench.views.training import parity_plot
+    if is_training_log(results):
+        import pandas as pd
 
         parity_plot(pd.read_csv(results), out, f"attnbench train: {results.name}")
         core.console.print(f"wrote {out}")
         return
     plot_results(shared.read_results(results), out, shared.run_env(results))
     core.console.print(f"wrote {out}")
-
-
-def _is_training_log(path: Path) -> bool:
-    """A CSV whose header has train's held-out [MASK] loss column."""
-    if path.suffix.lower() != ".csv":
-        return False
-    with path.open(encoding="utf-8", errors="replace") as f:
-        return "heldout_mask_loss" in f.readline().split(",")
 
 
 @core.app.command("pareto")

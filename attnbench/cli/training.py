@@ -62,9 +62,9 @@ def train(
     from attnbench.cli.parse import output_path
 
     models = parse_backends(backends)
-    trains = [b for b in models if not b.backward]
-    if trains:
-        raise UsageError(f"--backends: {trains[0].name} has no backward pass; it cannot train")
+    untrainable = [b for b in models if not b.backward]
+    if untrainable:
+        raise UsageError(f"--backends: {untrainable[0].name} has no backward pass; it cannot train")
     if width % heads:
         raise UsageError(f"--width {width} is not a multiple of --heads {heads}")
     runs = [

@@ -257,14 +257,13 @@ def evaluation(model: MaskedLM, held: HeldOut, run: Training) -> dict:
     with its backend."""
     model.eval()
     length = min(EVAL_LENGTH, run.config.positions, max(run.lengths), len(held.ids))
-    scores = {}
-    if is_yoso(run.backend):
+    yoso = is_yoso(run.backend)
+    if yoso:
         model.set_attention(partial(expected_attention, tau=model.config.tau))
-        scores = {f"heldout_{k}": v for k, v in score(model, held, length).items()}
+    scores = {f"heldout_{k}": v for k, v in score(model, held, length).items()}
+    if yoso:
         model.set_attention(run.backend)
         sampled = score(model, held, length)
         scores |= {f"heldout_sampled_{k}": sampled[k] for k in ("mask_loss", "mask_accuracy")}
-    else:
-        scores = {f"heldout_{k}": v for k, v in score(model, held, length).items()}
     model.train()
     return scores

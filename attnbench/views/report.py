@@ -82,9 +82,9 @@ def render_report(report: str, csvs: list[Path]) -> str:
         if report_for(path.name) != report:
             continue
         if report == "training.md":
-            from attnbench.views.training import training_section
+            from attnbench.views.training import is_training_log, training_section
 
-            if "heldout_mask_loss" in pd.read_csv(path, nrows=0).columns:
+            if is_training_log(path):
                 lines += training_section(path)
             else:
                 other.append(path)  # a benchmark script's table beside the logs

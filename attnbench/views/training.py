@@ -15,6 +15,16 @@ from attnbench.views.labels import backend_label
 HEADLINE = "heldout_mask_loss"
 
 
+def is_training_log(path: Path) -> bool:
+    """A CSV whose header has train's held-out [MASK] loss column (not a study's rows)."""
+    if path.suffix.lower() != ".csv":
+        return False
+    try:
+        return HEADLINE in pd.read_csv(path, nrows=0).columns
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return False  # not a training log; the study reader says what is wrong with it
+
+
 def evaluations(log: pd.DataFrame) -> pd.DataFrame:
     """The log's evaluation rows (those with held-out scores), backends in log order."""
     if HEADLINE not in log:
