@@ -159,7 +159,7 @@ def test_same_distribution_is_no_change(tmp_path):
     assert verdicts(tmp_path, time_rows(seed=1), time_rows(seed=2)) == ["same"] * 6
     result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
     assert result.exit_code == 0, result.output
-    assert "6 same" in result.output and "pass:" in result.output
+    assert "6 same" in result.output and "PASS:" in result.output
     assert "slower" not in result.output.split("6 same")[0]
 
 
@@ -197,9 +197,12 @@ def test_cases_in_one_file_only_are_listed(tmp_path):
     write_v1(tmp_path / "a.csv", a)
     write_v1(tmp_path / "b.csv", b)
     result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # A's n=256 and sdpa n=512 were not judged
     lines = result.output.splitlines()
     assert "only in A: softmax n=256; sdpa n=256" in lines
+    assert "not judged (missing in B): softmax n=256; sdpa n=256" in lines
+    assert "not judged (oom): sdpa n=512" in lines
+    assert "new in B, no reference: softmax n=1024; sdpa n=1024" in lines
     assert "only in B: softmax n=1024; sdpa n=1024" in lines
     assert "not ok in a file: sdpa n=512 (A ok, B oom)" in lines
     assert "1 same" in result.output
@@ -241,8 +244,9 @@ def test_one_sample_is_compared_without_interval(tmp_path):
     write_v1(tmp_path / "a.csv", time_rows(seed=1, n=1))
     write_v1(tmp_path / "b.csv", time_rows(seed=2, n=1, scale=2.0))
     result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "5%")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # a 2x ratio without an interval: not judged
     assert "6 no CI" in result.output and "fewer than 2 samples" in result.output
+    assert "INCONCLUSIVE" in result.output and "6 no interval" in result.output
 
 
 def test_bad_files_are_one_line_errors(tmp_path):
@@ -331,11 +335,14 @@ def test_a_case_flagged_unstable_is_not_judged_and_never_passes_silently(tmp_pat
     assert [(c.key["backend"], c.key["seq"], c.verdict, c.unstable) for c in shaky] == [
         ("sdpa", "512", "unstable", "A")
     ]
-    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "10%")
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "40%")
     text = " ".join(result.output.split())
-    assert "not judged, flagged unstable by its run: sdpa n=512 (in A)" in text
-    assert "(1 flagged unstable, not judged: see above)" in text
-    assert "sdpa n=512 1.3" not in text.partition("FAIL:")[2]  # the gate judged the others
+    assert "flagged unstable by its run: sdpa n=512 (in A)" in text
+    assert "not judged (flagged unstable): sdpa n=512" in text
+    assert result.exit_code == 3, result.output  # 1.3x is within 40 %, but n=512 unjudged
+    result = invoke(tmp_path / "a.csv", tmp_path / "b.csv", "--fail-above", "10%")
+    assert result.exit_code == 1, result.output  # its interval lies wholly above 1.1: fails
+    assert "sdpa n=512 1.3" in " ".join(result.output.split()).partition("FAIL:")[2]
 
 
 # ------------------------------------------------------------------ error studies
@@ -403,7 +410,7 @@ def test_identical_error_files_are_not_worse_and_pass(tmp_path, fewer_resamples)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith("| backend | case | A mean | B mean |")
     assert "worse" not in result.output.split("8 same")[0]
-    assert "pass: no case significantly worse by more than 5%" in result.output
+    assert "PASS: every case judged, none significantly worse by more than 5%" in result.output
 
 
 def test_a_gradient_error_alone_is_judged(tmp_path, fewer_resamples):
@@ -425,7 +432,7 @@ def test_a_single_trial_gets_no_interval(tmp_path):
     a, b = error_files(tmp_path, error_rows(seed=1, trials=1), error_rows(2, 2.0, trials=1))
     assert {c.verdict for c in compare_files(a, b).changes} == {"no CI"}
     result = invoke(a, b, "--fail-above", "5%")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output
     assert "8 no CI" in result.output and "fewer than 2 trials in a file" in result.output
 
 
@@ -437,3 +444,85 @@ def test_a_time_file_against_an_error_file_is_one_line_error(tmp_path):
     write_v2_csv(tmp_path / "runs-1.csv", error_rows(seed=2))
     (tmp_path / "runs-0.csv").write_bytes(timed.read_bytes())
     assert_one_line_error(invoke(timed, tmp_path / "runs-*.csv"), "must be of one study")
+
+
+# ------------------------------------------------------------------ the gate's three outcomes
+
+
+def unstable_records(rows: list[Row], which=lambda record: True) -> list[dict]:
+    records = v2_records(rows)
+    for record in records:
+        record["stable"] = not which(record)
+    return records
+
+
+def write_records(path: Path, records: list[dict]) -> Path:
+    frame = pd.DataFrame(records)
+    frame["samples"] = [json.dumps(s) for s in frame["samples"]]
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_a_planted_slowdown_flagged_unstable_still_fails(tmp_path):
+    """A 2x slowdown whose interval (about 1.98-2.02) lies wholly beyond the threshold
+    passed when its run had flagged it unstable: noise cannot make an interval that tight."""
+    a = write_records(tmp_path / "a.csv", unstable_records(time_rows(seed=1)))
+    b = write_records(tmp_path / "b.csv", unstable_records(time_rows(seed=2, scale=2.0)))
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 1, result.output
+    assert result.output.count("x;") == 5 and "FAIL:" in result.output
+
+
+def test_every_case_unstable_and_unchanged_is_inconclusive_not_pass(tmp_path):
+    a = write_records(tmp_path / "a.csv", unstable_records(time_rows(seed=1)))
+    b = write_records(tmp_path / "b.csv", unstable_records(time_rows(seed=2)))
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 3, result.output
+    assert "INCONCLUSIVE" in result.output and "6 not judged (6 flagged unstable)" in result.output
+    allowed = invoke(a, b, "--fail-above", "5%", "--allow-unjudged")
+    assert allowed.exit_code == 0, allowed.output
+    assert "6 not judged, allowed by --allow-unjudged" in allowed.output
+
+
+def test_an_unstable_slowdown_inside_the_threshold_is_not_judged(tmp_path):
+    """Noisy (10 %) samples of a 1.1x slowdown: the interval reaches below 1.2, so the gate
+    at 20 % can neither pass nor fail it."""
+    a = write_records(tmp_path / "a.csv", unstable_records(time_rows(seed=1, noise=0.1)))
+    b = write_records(tmp_path / "b.csv", unstable_records(time_rows(seed=2, noise=0.1, scale=1.1)))
+    assert invoke(a, b, "--fail-above", "20%").exit_code == 3
+
+
+@pytest.mark.parametrize("status", ["crashed", "oom", "error", "skipped", "exploded"])
+def test_a_file_whose_every_case_failed_is_inconclusive(tmp_path, status):
+    a = write_v2_csv(tmp_path / "a.csv", time_rows(seed=1))
+    every = {(backend, seq): status for backend in BACKENDS for seq in SEQS}
+    b_records = v2_records(time_rows(seed=2, status=every))
+    b = write_records(tmp_path / "b.csv", b_records)
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 3, result.output
+    cause = "unknown status" if status == "exploded" else status
+    assert f"not judged ({cause}): softmax n=256;" in result.output
+    assert "6 not judged" in result.output
+
+
+def test_a_file_missing_half_the_cases_is_inconclusive(tmp_path):
+    a = write_v2_csv(tmp_path / "a.csv", time_rows(seed=1))
+    b = write_v2_csv(tmp_path / "b.csv", [r for r in time_rows(seed=2) if r.backend == "sdpa"])
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 3, result.output
+    assert "3 not judged (3 missing in B)" in result.output
+
+
+def test_cases_skipped_on_both_sides_are_not_unjudged(tmp_path):
+    """A case neither run supports has nothing to judge; only B's new cases are named."""
+    skipped = {("sdpa", 1024): "skipped"}
+    a = write_v2_csv(tmp_path / "a.csv", time_rows(seed=1, status=skipped))
+    b = write_v2_csv(tmp_path / "b.csv", time_rows(seed=2, status=skipped))
+    result = invoke(a, b, "--fail-above", "5%")
+    assert result.exit_code == 0, result.output
+    assert "PASS: every case judged" in result.output
+
+
+def test_allow_unjudged_needs_the_gate(tmp_path):
+    good = write_v2_csv(tmp_path / "a.csv", time_rows(seed=1))
+    assert_one_line_error(invoke(good, good, "--allow-unjudged"), "--allow-unjudged")

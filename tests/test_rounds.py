@@ -211,7 +211,7 @@ def test_compare_takes_rounds_as_units(tmp_path):
     (change,) = comparison.changes
     assert change.by_runs and [len(r) for r in change.a[0]] == [20] * 5
     assert change.low < 1.0 < change.high  # drift between rounds is in the interval
-    lines = " ".join(compare_text.summary(comparison, 0.05))
+    lines = " ".join(compare_text.summary(comparison))
     assert "runs, then rounds, then samples" in lines and "one run on a side" in lines
     pooled_low, pooled_high = compare.ratio_interval(
         [s for r in change.a[0] for s in r], [s for r in change.b[0] for s in r]

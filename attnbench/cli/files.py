@@ -88,9 +88,15 @@ def compare_cmd(
     fail_above: str = typer.Option(
         None,
         "--fail-above",
-        help="exit 1 if a case's 95% interval lies above 1 and its ratio above 1 + this "
-        "(e.g. 5%): slower, or with error files worse; cases flagged unstable are named, "
-        "not judged",
+        help="the gate: exit 1 if a case's 95% interval lies above 1 and its ratio above "
+        "1 + this (e.g. 5%): slower, or with error files worse; exit 3 (inconclusive) if "
+        "any case could not be judged (unstable, no interval, crashed, oom, missing in B)",
+    ),
+    allow_unjudged: bool = typer.Option(
+        False,
+        "--allow-unjudged",
+        help="with --fail-above: pass despite cases that could not be judged (they are "
+        "still listed)",
     ),
     markdown: bool = typer.Option(False, "--markdown", help="print a Markdown table"),
 ) -> None:
@@ -103,22 +109,29 @@ def compare_cmd(
 
     Two error files (attnbench error, gradient rows included) compare each error where lower
     is closer by the ratio of its trial means, the trials the interval's units: worse or
-    better."""
+    better.
+
+    With --fail-above it is a gate with three outcomes: pass (exit 0), fail (1), and
+    inconclusive (3) when a case could not be judged, which --allow-unjudged turns into a
+    pass that still names them."""
     from attnbench.cli.parse import parse_fraction
-    from attnbench.views import compare, compare_text
+    from attnbench.views import compare, compare_text, gate
 
     threshold = None  # a share, as parse_fraction reads it
     if fail_above is not None:
         threshold = parse_fraction(fail_above, "--fail-above", "a slowdown")
+    elif allow_unjudged:
+        raise UsageError("--allow-unjudged: only with --fail-above (it relaxes the gate)")
     comparison = compare.compare_files(a, b)
+    verdict = None if threshold is None else gate.judge(comparison, threshold, allow_unjudged)
     if markdown:
         typer.echo(compare_text.render_markdown(comparison) + "\n")
     else:
         core.console.print(compare_text.render_table(comparison))
-    for line in compare_text.summary(comparison, threshold):
+    for line in compare_text.summary(comparison, verdict):
         typer.echo(line)
-    if comparison.failures(threshold):
-        raise typer.Exit(1)
+    if verdict is not None and verdict.exit_code:
+        raise typer.Exit(verdict.exit_code)
 
 
 @core.app.command("report")

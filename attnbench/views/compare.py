@@ -10,10 +10,10 @@ between runs and rounds is in it; with one run of one round on a side it resampl
 samples alone and covers the noise within a run only, which back-to-back runs on a shared
 machine exceed. Every interval is
 seeded per case, so the same files always give the same verdicts, whatever their row order.
-A case either run flagged unstable gets no verdict of its own ("unstable") and is named
-beside the gate's verdict. The regression gate fails a case whose interval lies above 1 (a
-real slowdown) and whose ratio exceeds 1 + threshold (a large one): a significant but small
-slowdown, or a large but noisy one, passes.
+A case either run flagged unstable gets no verdict of its own ("unstable"). The regression
+gate (`views.gate`) fails a case whose interval lies above 1 (a real slowdown) and whose
+ratio exceeds 1 + threshold (a large one): a significant but small slowdown passes, and a
+case it cannot judge makes its outcome inconclusive, never a pass.
 
 Two error-study files (`attnbench error`, gradient rows included) compare likewise, per case
 and per error where lower is closer (`views.metrics.is_error`): the ratio of the trial means
@@ -93,8 +93,11 @@ class Change:
 
     def fails(self, threshold: float) -> bool:
         """Significantly slower (an error: worse) by more than `threshold` (0.05 = 5 %): the
-        interval above 1 and the ratio above 1 + threshold. An unstable case is not judged
-        (`summary` names it beside the gate's verdict)."""
+        interval above 1 and the ratio above 1 + threshold. A case flagged unstable fails
+        only when its whole interval lies above 1 + threshold, since noise that wide cannot
+        have made it; else the gate names it as not judged (`views.gate`)."""
+        if self.unstable:
+            return self.low is not None and self.low > 1.0 + threshold
         return self.verdict == VERDICTS[self.study][0] and self.ratio > 1.0 + threshold
 
 
@@ -113,11 +116,6 @@ class Comparison:
     missing: list[Missing] = field(default_factory=list)
     study: str = TIME
     skipped: list[str] = field(default_factory=list)  # a side's metrics not compared
-
-    def failures(self, threshold: float | None) -> list[Change]:
-        if threshold is None:
-            return []
-        return [c for c in self.changes if c.fails(threshold)]
 
     def varying(self) -> list[str]:
         """Key columns worth a place in the case text: n, and those that differ between cases."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from attnbench.views.compare import TIME, VERDICTS, Comparison
+from attnbench.views.gate import FAIL, INCONCLUSIVE, Gate
 from attnbench.views.intervals import LEVEL, RESAMPLES
 from attnbench.views.labels import backend_label
 
@@ -79,8 +80,9 @@ def render_markdown(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def summary(comparison: Comparison, threshold: float | None) -> list[str]:
-    """Plain lines that follow the table: cases not compared, counts, and the gate's verdict."""
+def summary(comparison: Comparison, gate: Gate | None = None) -> list[str]:
+    """Plain lines that follow the table: cases not compared, counts, and the gate's verdict
+    (`gate`, when `--fail-above` asked for one)."""
     columns = comparison.varying()
     lines = []
     groups = {"only in A": [], "only in B": [], "not ok in a file": []}
@@ -103,17 +105,42 @@ def summary(comparison: Comparison, threshold: float | None) -> list[str]:
         lines += _error_method(comparison, tally, counts)
     shaky = [f"{_name(c.key, columns)} (in {c.unstable})" for c in comparison.changes if c.unstable]
     if shaky:
-        lines.append(f"not judged, flagged unstable by its run: {'; '.join(shaky)}")
-    if threshold is not None:
-        failed = comparison.failures(threshold)
-        limit = _percent(threshold)
-        unjudged = f" ({len(shaky)} flagged unstable, not judged: see above)" if shaky else ""
-        worse = VERDICTS[comparison.study][0]
-        if failed:
-            names = "; ".join(f"{_name(c.key, columns)} {c.ratio:.3f}x" for c in failed)
-            lines.append(f"FAIL: significantly {worse} by more than {limit}: {names}{unjudged}")
-        else:
-            lines.append(f"pass: no case significantly {worse} by more than {limit}{unjudged}")
+        lines.append(f"flagged unstable by its run: {'; '.join(shaky)}")
+    if gate is not None:
+        lines += gate_lines(comparison, gate)
+    return lines
+
+
+def gate_lines(comparison: Comparison, gate: Gate) -> list[str]:
+    """The gate's outcome, first word PASS, FAIL or INCONCLUSIVE, with the cases it failed
+    and those it could not judge by cause."""
+    columns = comparison.varying()
+    limit = _percent(gate.threshold)
+    worse = VERDICTS[comparison.study][0]
+    lines = [
+        f"not judged ({cause}): {'; '.join(_name(k, columns) for k in keys)}"
+        for cause, keys in gate.unjudged.items()
+    ]
+    if gate.new:
+        lines.append(f"new in B, no reference: {'; '.join(_name(k, columns) for k in gate.new)}")
+    unjudged = gate.count_unjudged()
+    if gate.outcome == FAIL:
+        names = "; ".join(f"{_name(c.key, columns)} {c.ratio:.3f}x" for c in gate.failed)
+        lines.append(f"FAIL: significantly {worse} by more than {limit}: {names}")
+    elif gate.outcome == INCONCLUSIVE:
+        causes = ", ".join(f"{len(keys)} {cause}" for cause, keys in gate.unjudged.items())
+        lines.append(
+            f"INCONCLUSIVE: no case significantly {worse} by more than {limit}, but "
+            f"{unjudged} not judged ({causes}); rerun on a quiet host, or pass "
+            "--allow-unjudged to accept them"
+        )
+    elif unjudged:
+        lines.append(
+            f"PASS: no case significantly {worse} by more than {limit}; {unjudged} not "
+            "judged, allowed by --allow-unjudged"
+        )
+    else:
+        lines.append(f"PASS: every case judged, none significantly {worse} by more than {limit}")
     return lines
 
 
