@@ -6,6 +6,7 @@ before any work. Subprocesses are given generous deadlines; nothing asserts on t
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -636,8 +637,8 @@ def test_sigkill_then_resume_gives_the_rows_of_an_uninterrupted_run(tmp_path):
 @pytest.mark.parametrize("torn", ["r.csv", "r.json"])
 def test_a_torn_append_is_cut_back_when_the_next_run_takes_the_lock(tmp_path, torn):
     """SIGKILL in the middle of an append leaves a torn file and the dead run's lock file,
-    which holds the file's committed length: the next run cuts the file back to it before
-    reading it, and resumes from whole cases."""
+    which holds the file's committed length: the next run reads the file as cut back to it,
+    resumes from whole cases, and replaces the file whole."""
     csv, js, before = tmp_path / "r.csv", tmp_path / "r.json", tmp_path / "before"
     tear_at = ["r.csv", "r.json"].index(torn)
     proc = start(script(tmp_path, "torn.py", TORN), csv, js, before, tear_at)
@@ -649,7 +650,9 @@ def test_a_torn_append_is_cut_back_when_the_next_run_takes_the_lock(tmp_path, to
         read_rows(path)
     holder, committed = (tmp_path / f".{torn}.lock").read_text().splitlines()
     assert holder.startswith(f"{proc.pid} ")
-    assert int(committed) == before.stat().st_size - len(tail)
+    end, run_id, digest = committed.split()
+    assert int(end) == before.stat().st_size - len(tail) and len(run_id) == 32
+    assert digest == hashlib.sha256(before.read_bytes()[: int(end)]).hexdigest()
 
     alone = (path, None) if torn == "r.csv" else (None, path)
     with ResultSink(ENV, *alone, resume=True) as sink:

@@ -15,14 +15,17 @@ old file or the new one; appended data are fsynced before the writer returns.
 from __future__ import annotations
 
 import csv
+import errno
 import glob
 import io
 import json
 import os
 import re
+import secrets
 import tempfile
 from pathlib import Path
 
+from attnbench.errors import UsageError
 from attnbench.results.schema import (
     SCHEMA_VERSION,
     as_samples,
@@ -95,6 +98,36 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else str(value)
 
 
+_WHOLE = re.compile(r"-?\d+")
+
+
+def whole_numbers(text: str, is_json: bool) -> dict[str, list[int | None]]:
+    """The columns of a result file's text written as whole numbers in every non-empty cell,
+    each with its rows' ints (None: empty), so that a file read back with pandas, which
+    turns a column with empty cells into floats, is written again as it was."""
+    if is_json:
+        rows = json.loads(text).get("rows") or []
+        columns = dict.fromkeys(k for r in rows for k in r)
+        cells = {c: [r.get(c) for r in rows] for c in columns}
+    else:
+        lines = [r for r in csv.reader(io.StringIO(text)) if r]
+        header, rows = (lines[0], lines[1:]) if lines else ([], [])
+        cells = {c: [r[i] if i < len(r) and r[i] != "" else None for r in rows]
+                 for i, c in enumerate(header)}  # fmt: skip
+    return {
+        column: [None if v is None else int(v) for v in values]
+        for column, values in cells.items()
+        if any(v is not None for v in values)
+        and all(v is None or _is_whole(v, is_json) for v in values)
+    }
+
+
+def _is_whole(value, is_json: bool) -> bool:
+    if is_json:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return _WHOLE.fullmatch(value) is not None
+
+
 # ----------------------------------------------------------------------------- on disk
 
 
@@ -149,6 +182,50 @@ def remove_leftover_temps(path: Path) -> None:
     for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         if pattern.fullmatch(leftover.name):
             leftover.unlink(missing_ok=True)
+
+
+def check_replaceable(path: Path) -> None:
+    """UsageError if the file at `path` is immutable or append-only (`chattr +i`, `+a`):
+    renaming over it fails, so a run must be refused before it replaces any other file."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except PermissionError as exc:  # EACCES: a read-only file, which a rename still replaces
+        if exc.errno == errno.EPERM:
+            raise UsageError(
+                f"cannot replace {path}: {exc.strerror} (immutable or append-only? see "
+                "lsattr); the files are left as they were"
+            ) from None
+    except OSError:
+        pass  # no file yet, or one the writes report in their own words
+
+
+def link_aside(path: Path) -> str | None:
+    """A second, hidden name beside `path` for the file there (`.NAME.XXXXXXXX.tmp`), to put
+    it back after it is replaced: "" where there is no file, None where it cannot be linked
+    (a file system without hard links)."""
+    while True:
+        aside = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.link(path, aside, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return ""
+        except OSError:
+            return None
+        return str(aside)
+
+
+def put_back(path: Path, aside: str | None) -> None:
+    """Undo a rename over `path` (`aside` from `link_aside`): the older file back, or no file
+    where there was none. Best effort: the error that called for it is the one reported."""
+    try:
+        if aside:
+            os.replace(aside, path)
+        elif aside == "":
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def write_at(path: Path, offset: int, data: bytes) -> None:

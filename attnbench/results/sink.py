@@ -18,37 +18,48 @@ Invariants, and why they hold:
   a case that brings a column
   the CSV header lacks (a backend parameter or condition not seen before) or that replaces
   the rows of a resumed case.
-- A torn append is repaired before anything reads the file. SIGKILL can cut a write short,
-  so while cases are appended the second line of an output's lock file holds its committed
-  length (`len(head + body)`, updated after each fsync); the line is blank while the file is
-  whole by construction. A run that takes over the lock of a dead holder cuts the output
-  back to that length and puts the tail back. Until then readers refuse the torn file.
+- A torn append is repaired, and only once the run is under way. SIGKILL can cut a write
+  short, so while cases are appended the second line of an output's lock file records its
+  committed length and bytes (`lock` says how, and when a record is trusted); the line is
+  blank while the file is whole by construction. A run that takes over the lock of a dead
+  holder reads the output as cut back to that length, and its first commit replaces the
+  file whole; a run refused or stopped before that leaves the file, and the record, as
+  they were. Until then readers refuse the torn file.
+- An older file that cannot be replaced (immutable or append-only) refuses the run before
+  any case, and a rename that fails puts back the files renamed before it, so the outputs
+  never mix an older run's files with this one's.
 """
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import os
 import shlex
 import sys
+import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.errors import UsageError
 from attnbench.results.formats import (
     JSON_TAIL,
+    check_replaceable,
     csv_lines,
     csv_text,
     cut_back,
     env_text,
     json_lines,
     json_text,
+    link_aside,
+    put_back,
     remove_leftover_temps,
+    whole_numbers,
     write_at,
     write_temp,
 )
 from attnbench.results.interrupts import deferred_interrupts
+from attnbench.results.lock import Lock, Record, release, take_lock, write_record
 from attnbench.results.read import read_rows
 from attnbench.results.schema import (
     COLUMNS,
@@ -64,25 +75,14 @@ from attnbench.results.schema import (
 
 
 @dataclass
-class _Lock:
-    """An flock held through `fd` on the lock file `path`. The file's first line names the
-    holder; its second, at `record_at`, is blank or the committed length of the output."""
-
-    path: Path
-    fd: int
-    record_at: int
-    recorded: int | None = None  # what the second line says; None: blank or absent
-    keep: bool = False  # the output could not be cut back: leave the record for the next run
-
-
-@dataclass
 class _Output:
     """A file that cases are appended to: `end` is `len(head + body)`, where the next goes."""
 
     path: Path
     tail: bytes
-    lock: _Lock
+    lock: Lock
     end: int = 0
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)  # of the first `end` bytes
 
 
 class ResultSink:
@@ -111,7 +111,7 @@ class ResultSink:
         self.records: list[dict] = []  # every row in the outputs, resumed ones included
         self._by_case: dict[str, list[dict]] = {}  # self.records by case_id
         self._header: list[str] = []  # the CSV's columns
-        self._locks: list[_Lock] = []
+        self._locks: list[Lock] = []
         self._appended: dict[Path, _Output] = {}
         self._writing: Path | None = None  # the file being written, for the error line
         self._open = False
@@ -127,12 +127,13 @@ class ResultSink:
             owner = self.env.get("command") or shlex.join(sys.argv)
             tails = {self.csv: b"", self.json: JSON_TAIL.encode()}
             for path in self.outputs:
-                lock = _take_lock(path, owner, tails.get(path))
+                lock = take_lock(path, owner, appended=path in tails)
                 self._locks.append(lock)
                 if path in tails:
                     self._appended[path] = _Output(path, tails[path], lock)
             for path in self.outputs:
                 remove_leftover_temps(path)
+                check_replaceable(path)
             if self.resume:
                 self._set_records(self._load())
             self._fresh = True  # the files stay as they are until this run's first case
@@ -208,16 +209,28 @@ class ResultSink:
         return next((p for p in (self.csv, self.json) if p is not None and p.exists()), None)
 
     def _load(self) -> list[dict]:
-        """The rows to resume from (see `source`)."""
+        """The rows to resume from (see `source`): of a file a killed run left torn, the part
+        it committed. Whole numbers stay ints (pandas reads a column with empty cells as
+        floats, which would be written back as `8.0`)."""
         source = self.source
         if source is None:
             return []
+        out = self._appended.get(source)
+        owed = None if out is None else out.lock.owed
         try:
-            frame = read_rows(source)
+            if owed is None:
+                frame, data = read_rows(source), source.read_bytes()
+            else:  # a copy cut back is read: the file is not changed before a commit
+                data = source.read_bytes()[: owed.end] + out.tail
+                with tempfile.TemporaryDirectory(prefix="attnbench-") as folder:
+                    copy = Path(folder, source.name)
+                    copy.write_bytes(data)
+                    frame = read_rows(copy)
+            text = data.decode()
         except (ValueError, OSError) as exc:
             raise UsageError(f"--resume: cannot read {source} ({exc})") from None
         # a parameter or condition column is empty on rows of backends that lack it
-        return [
+        records = [
             {
                 k: None if is_missing(v) else v
                 for k, v in flat.items()
@@ -225,6 +238,12 @@ class ResultSink:
             }
             for flat in frame.to_dict("records")
         ]
+        for column, values in whole_numbers(text, source.suffix.lower() == ".json").items():
+            if len(values) == len(records):
+                for flat, value in zip(records, values, strict=True):
+                    if value is not None:
+                        flat[column] = value
+        return records
 
     def _commit(self, write, *args) -> None:
         """`write(*args)` with SIGINT and SIGTERM held until it ends. An OSError (a full disk
@@ -237,13 +256,18 @@ class ResultSink:
             if exc.errno is None:
                 raise
             cases = len({_case_key(r) for r in self.records})
+            kept = f"the {cases} completed cases are kept"
+            if self._fresh:
+                kept = "the files are left as they were"
             raise UsageError(
-                f"cannot write {self._writing}: {os.strerror(exc.errno)}; "
-                f"the {cases} completed cases are kept"
+                f"cannot write {self._writing}: {os.strerror(exc.errno)}; {kept}"
             ) from None
 
     def _rewrite(self, records: list[dict], with_env: bool = False) -> None:
-        """Every output whole: all temp files first, then the renames, the CSV's first."""
+        """Every output whole: all temp files first, then the renames, the CSV's first. A
+        rename that fails puts back the files renamed before it (kept aside as hard links),
+        so the outputs are all older files or all this run's. A torn file's record goes once
+        the file is replaced."""
         texts: dict[Path, str] = {}
         if self.csv is not None:
             texts[self.csv] = csv_text(records)
@@ -252,22 +276,34 @@ class ResultSink:
         if self.json is not None:
             texts[self.json] = json_text(self.env, records)
         for out in self._appended.values():
-            self._writing = out.path
-            self._record(out.lock, None)  # whole before the rename and after it
+            if out.lock.owed is None:
+                self._writing = out.path
+                self._record(out, blank=True)  # whole before the rename and after it
         temps: list[tuple[str, Path]] = []
+        aside: dict[Path, str | None] = {}  # None: no file there, or no hard links
+        renamed: list[Path] = []
         try:
             for path, text in texts.items():
                 self._writing = path
                 temps.append((write_temp(path, text), path))
+                aside[path] = link_aside(path)
             for tmp, path in temps:
                 self._writing = path
                 os.replace(tmp, path)
+                renamed.append(path)
         except BaseException:
-            for tmp, _ in temps:
-                Path(tmp).unlink(missing_ok=True)
+            for path in reversed(renamed):
+                put_back(path, aside.pop(path))
             raise
+        finally:
+            for name in [tmp for tmp, _ in temps] + [a for a in aside.values() if a]:
+                Path(name).unlink(missing_ok=True)
         for path, out in self._appended.items():
-            out.end = len(texts[path].encode()) - len(out.tail)
+            data = texts[path].encode()
+            out.end = len(data) - len(out.tail)
+            out.digest = hashlib.sha256(data[: out.end])
+            self._record(out, blank=True)
+            out.lock.owed, out.lock.keep = None, False
         self._header = record_columns(records)
 
     def _append(self, new: list[dict]) -> None:
@@ -278,121 +314,41 @@ class ResultSink:
             texts[self.csv] = csv_lines(new, self._header)
         if self.json is not None:
             texts[self.json] = json_lines(new, first=not self.records)
-        started: list[tuple[_Output, int]] = []
+        started: list[tuple[_Output, int, hashlib._Hash]] = []
         try:
             for path, text in texts.items():
                 out, data = self._appended[path], text.encode()
                 self._writing = path
-                self._record(out.lock, out.end)  # where to cut back to, should the write tear
-                started.append((out, out.end))
+                self._record(out)  # where to cut back to, should the write tear
+                started.append((out, out.end, out.digest.copy()))
                 write_at(path, out.end, data + out.tail)
                 out.end += len(data)
-                self._record(out.lock, out.end)
+                out.digest.update(data)
+                self._record(out)
         except BaseException:
-            for out, end in reversed(started):
-                self._cut_back(out, end)
+            for out, end, digest in reversed(started):
+                out.end, out.digest = end, digest
+                self._cut_back(out)
             raise
 
-    def _cut_back(self, out: _Output, end: int) -> None:
+    def _cut_back(self, out: _Output) -> None:
         try:
-            self._record(out.lock, end)
-            cut_back(out.path, end, out.tail)
+            self._record(out)
+            cut_back(out.path, out.end, out.tail)
         except OSError:
             out.lock.keep = True  # the next run to take the lock cuts the file back
-        out.end = end
 
-    def _record(self, lock: _Lock, end: int | None) -> None:
-        """Put `end` (None: blank) in the lock file's second line."""
-        if lock.recorded != end:
-            text = " " * _RECORD_WIDTH if end is None else f"{end:{_RECORD_WIDTH}d}"
-            os.pwrite(lock.fd, f"{text}\n".encode(), lock.record_at)
-            lock.recorded = end
+    def _record(self, out: _Output, blank: bool = False) -> None:
+        """Record the committed part of `out` (`blank`: none, the file is whole) in its lock."""
+        record = None if blank else Record(out.end, self.run_id, out.digest.hexdigest())
+        write_record(out.lock, record)
 
     def _release(self) -> None:
         while self._locks:
-            lock = self._locks.pop()
-            if not lock.keep:
-                lock.path.unlink(missing_ok=True)
-            os.close(lock.fd)
+            release(self._locks.pop())
 
 
 def _case_key(flat: dict):
     return flat.get("case_id") or tuple(
         flat.get(k) for k in ("study", "backend", "device", "dtype", "mode", "inputs", "seq")
     )
-
-
-# ----------------------------------------------------------------------------- locks
-
-_RECORD_WIDTH = 20
-
-
-def _take_lock(path: Path, owner: str, tail: bytes | None = None) -> _Lock:
-    """An exclusive flock on `.NAME.lock` beside `path`, the file holding our pid and command.
-
-    The kernel drops an flock when its holder dies, so a lock file left by a killed run is
-    simply taken over, after cutting `path` back to the committed length it recorded (`tail`:
-    the tail `path` ends with; None for a file that is only written whole). A live holder is
-    named in the error.
-    """
-    lock = path.with_name(f".{path.name}.lock")
-    while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise UsageError(f"cannot lock {path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").partition("\n")[0]
-            os.close(fd)
-            pid, _, command = holder.strip().partition(" ")
-            who = f"pid {pid}: {command}" if command else f"pid {pid or 'unknown'}"
-            raise UsageError(f"{path} is being written by another attnbench run ({who})") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        # the previous holder removes the file on release: then lock a fresh one
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(lock))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    try:
-        if tail is not None:
-            _repair(path, _recorded_end(os.pread(fd, 4096, 0)), tail)
-    except BaseException:
-        os.close(fd)  # the lock file, and a record in it, stay for the next run
-        raise
-    line = f"{os.getpid()} {' '.join(owner.split())[:200]}\n".encode()
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, line, 0)
-    except OSError as exc:  # a full disk, say: no record to keep, so no lock file either
-        lock.unlink(missing_ok=True)
-        os.close(fd)
-        raise UsageError(f"cannot lock {path}: {exc.strerror}") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return _Lock(lock, fd, len(line))
-
-
-def _recorded_end(held: bytes) -> int | None:
-    """The committed length in a lock file's second line, if there is one."""
-    second = held.split(b"\n")[1:2]
-    text = second[0].strip() if second else b""
-    return int(text) if text.isdigit() else None
-
-
-def _repair(path: Path, end: int | None, tail: bytes) -> None:
-    """Cut `path` back to `end` and its tail: a writer that died mid-append left more."""
-    try:
-        if end is not None and os.stat(path).st_size >= end:  # else not the file recorded
-            cut_back(path, end, tail)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise UsageError(f"cannot repair {path}, cut off by a killed run: {exc.strerror}") from None
