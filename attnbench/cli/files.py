@@ -27,12 +27,14 @@ def plot_cmd(
     if not results.is_file():
         raise UsageError(f"{results}: no such file")
     out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
-    from attnbench.views.training import is_training_log, parity_plot
+    from attnbench.views.training import is_training_log, parity_plot, read_log
 
     if is_training_log(results):
-        import pandas as pd
-
-        parity_plot(pd.read_csv(results), out, f"attnbench train: {results.name}")
+        try:
+            log = read_log(results)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        parity_plot(log, out, f"attnbench train: {results.name}")
         core.console.print(f"wrote {out}")
         return
     plot_results(shared.read_results(results), out, shared.run_env(results))
@@ -140,12 +142,18 @@ def report_cmd(
     out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="folder to write into"),
 ) -> None:
     """Write Markdown tables of the result CSVs (yoso.md, scram.md, field.md) for the docs."""
-    from attnbench.views.report import write_reports
+    from attnbench.views.report import REPORTS, report_for, write_reports
 
     if not plots.is_dir():
         raise UsageError(f"{plots}: no such folder")
     if not any(plots.glob("*.csv")):
         raise UsageError(f"{plots}: no result CSVs to report on (the reports would be empty)")
+    if not any(report_for(path.name) for path in plots.glob("*.csv")):
+        prefixes = ", ".join(f"{p}*" for names in REPORTS.values() for p in names)
+        raise UsageError(
+            f"{plots}: no CSV here belongs to a report (their names start {prefixes}); "
+            "the reports would be empty"
+        )
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out: {out} is not a folder")
     if not out.exists():  # as every other output: the folder it goes in must exist

@@ -1,15 +1,16 @@
 """Reading result files back: CSV or JSON of any schema so far, always as a frame of this one.
 
 Invariant: `read_rows` gives the fixed `COLUMNS` first, in order, then the parameter and
-condition columns; it refuses a file that is not a result file or a CSV whose last row was
-cut off, rather than reading the missing fields as empty values.
+condition columns; it refuses a file that is not a result file, a CSV whose last row was
+cut off (rather than reading the missing fields as empty values), and a row that
+`validate.check_rows` does not pass, each with one ValueError naming the file.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
+import math
 import re
 from pathlib import Path
 
@@ -23,29 +24,56 @@ from attnbench.results.schema import (
     as_samples,
     as_sizes,
 )
+from attnbench.results.validate import check_rows, load_json
 
 
 def read_rows(path: Path) -> pd.DataFrame:
     """Read a CSV or JSON result file, any schema so far, into a frame with this schema's columns
     first (samples as lists of floats), then the parameter and condition columns."""
     path = Path(path)
+    text = _text(path)
     if path.suffix.lower() == ".json":
-        doc = json.loads(path.read_text())
+        doc = load_json(text, path.name)
         rows = doc.get("rows") if isinstance(doc, dict) else None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"{path} is not an attnbench result file")
         df = pd.DataFrame(rows)
     else:
-        text = path.read_text()
         _check_complete(text, path)
-        df = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""])
+        df = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""], dtype=HASHES)
     missing = [c for c in ("study", "backend", "seq", "metric", "value", "status") if c not in df]
     if missing:
         raise ValueError(f"{path} is not an attnbench result file (missing {', '.join(missing)})")
     _check_schema(df, path)
-    df = _as_v2(df)
+    df = _as_v2(check_rows(df, path.name))
     _check_unique(df, path)
     return df
+
+
+# Hex digests, read as text: pandas would read a case id such as "3141e59265" as a number.
+HASHES = dict.fromkeys(("case_id", "fingerprint", "run_id", "git_revision"), "str")
+
+
+def _text(path: Path) -> str:
+    """The file's text; an empty file, one that is not UTF-8 (an image, a spreadsheet) or one
+    holding NUL bytes (blocks a crash left zero-filled; no writer of ours puts one in text)
+    is no result file."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{path.name} is empty, not an attnbench result file")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{path.name} is not an attnbench result file (not UTF-8 text: byte "
+            f"{data[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    if "\x00" in text:
+        raise ValueError(
+            f"{path.name} holds a NUL byte at offset {data.index(0)}: a file zero-filled by a "
+            "crash, or no result file"
+        )
+    return text
 
 
 # What names a case's row when a file has no case ids (schema 1): its settings and metric.
@@ -76,7 +104,10 @@ def _check_schema(df: pd.DataFrame, path: Path) -> None:
     if "schema_version" not in df:
         return  # schema 1 wrote none
     raw = df["schema_version"]
-    versions = pd.to_numeric(raw, errors="coerce")
+    try:
+        versions = pd.to_numeric(raw, errors="coerce")
+    except OverflowError:  # an integer too large for a float: no schema this reads
+        versions = pd.to_numeric(raw.map(_capped), errors="coerce")
     bad = raw[versions.isna() & raw.notna()]
     if len(bad):
         raise ValueError(f"{path.name}: schema_version {bad.iloc[0]!r} is not a number")
@@ -87,6 +118,10 @@ def _check_schema(df: pd.DataFrame, path: Path) -> None:
             f"{path.name}: schema_version {odd:g} is not one this attnbench reads "
             f"(1..{SCHEMA_VERSION}); a newer attnbench wrote it, or it was edited"
         )
+
+
+def _capped(value):
+    return math.inf if isinstance(value, int) and abs(value) > 2**63 else value
 
 
 def _check_complete(text: str, path: Path) -> None:

@@ -10,6 +10,8 @@ test can regenerate it and compare it byte for byte with the committed files.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -99,6 +101,8 @@ def render_report(report: str, csvs: list[Path]) -> str:
                 raise ValueError(f"{path.name}: {exc}") from None
             other.append(path)
             continue
+        if frame.empty:
+            raise ValueError(f"{path.name} has a header and no rows: nothing to report")
         lines += render_file(path, frame)
         if "metric" in frame and (frame["metric"] == SLOPE).any():
             slopes[path.stem] = frame[frame["metric"] == SLOPE]
@@ -108,8 +112,26 @@ def render_report(report: str, csvs: list[Path]) -> str:
     for path in other:
         lines += [f"## {path.stem}", "", f"`plots/{path.name}`, written by a script in "
                   "`benchmarks/` (its docstring says what the columns are).", ""]  # fmt: skip
-        lines += markdown_table(*plain_table(pd.read_csv(path))) + [""]
+        lines += markdown_table(*plain_table(plain_csv(path))) + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def plain_csv(path: Path) -> pd.DataFrame:
+    """A CSV that is not a study's (a benchmark script's table) as pandas reads it;
+    ValueError naming the file when it is no text, no CSV, or holds no rows, so that a
+    stray file is refused rather than tabled as an empty section."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise ValueError(f"{path.name} is empty: nothing to report")
+    try:
+        frame = pd.read_csv(io.StringIO(data.decode()))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path.name} is not text (not UTF-8 at offset {exc.start})") from None
+    except (ValueError, csv.Error) as exc:  # pandas' ParserError and EmptyDataError included
+        raise ValueError(f"{path.name}: not a CSV table ({' '.join(str(exc).split())})") from None
+    if frame.empty:
+        raise ValueError(f"{path.name} has no rows: nothing to report")
+    return frame
 
 
 def render_file(path: Path, frame: pd.DataFrame) -> list[str]:

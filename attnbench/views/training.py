@@ -25,6 +25,44 @@ def is_training_log(path: Path) -> bool:
         return False  # not a training log; the study reader says what is wrong with it
 
 
+NUMBERS = ("step", "seconds")  # every row's
+SCORES = (  # an evaluation row's: what the figure and the table read
+    HEADLINE, "heldout_mask_accuracy", "heldout_random_accuracy", "heldout_kept_accuracy",
+    "heldout_unigram_mask_loss", "heldout_unigram_mask_accuracy", "heldout_copy_accuracy",
+    "heldout_seen_share",
+)  # fmt: skip
+
+
+def read_log(path: Path) -> pd.DataFrame:
+    """A training log checked before it is drawn or tabled: a backend, step and seconds in
+    every row, finite and not negative, and at least one evaluation row whose scores are
+    finite; ValueError naming the first problem otherwise, since an edited or cut log
+    ended in a KeyError deep in the figure."""
+    try:
+        log = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a training log ({' '.join(str(exc).split())})") from None
+    missing = [c for c in ("backend", *NUMBERS, *SCORES) if c not in log]
+    if missing:
+        raise ValueError(f"{path}: training log without the column(s) {', '.join(missing)}")
+    for column in NUMBERS:
+        values = pd.to_numeric(log[column], errors="coerce")
+        if values.isna().any() or not values.map(math.isfinite).all() or (values < 0).any():
+            raise ValueError(f"{path}: {column} must be a finite number >= 0 in every row")
+        log[column] = values
+    if log["backend"].isna().any():
+        raise ValueError(f"{path}: a row without a backend")
+    held = log.dropna(subset=[HEADLINE])
+    if held.empty:
+        raise ValueError(f"{path}: the training log has no held-out [MASK] scores")
+    for column in SCORES:
+        values = pd.to_numeric(held[column], errors="coerce")
+        if not values.map(math.isfinite).all():
+            raise ValueError(f"{path}: {column} must be a finite number in each evaluation row")
+        log.loc[held.index, column] = values
+    return log
+
+
 def evaluations(log: pd.DataFrame) -> pd.DataFrame:
     """The log's evaluation rows (those with held-out scores), backends in log order."""
     if HEADLINE not in log:
@@ -115,7 +153,7 @@ def training_section(path: Path) -> list[str]:
     """A training log's section: the baselines, then where each backend got to."""
     from attnbench.views.cells import markdown_table
 
-    log = pd.read_csv(path)
+    log = read_log(path)
     base = baselines(log)
     threads = (
         ", ".join(str(int(t)) for t in sorted(set(log["threads"]))) if "threads" in log else "?"
