@@ -90,18 +90,21 @@ def test_pt_inputs(tmp_path):
 
 
 FAMILIES = ["base", "files", "generated", "images", "models", "trained"]
+HELPERS = ["checkpoint"]  # a family's own parts (trained's checks of its checkpoint)
 
 
 def test_inputs_modules_import_only_downward():
-    """base imports no other inputs module, the families only base, and the registry (and
-    the package) the families: no module of attnbench.inputs reaches itself through another."""
+    """base imports no other inputs module, the families only base (and their helpers), and
+    the registry (and the package) the families: no module of attnbench.inputs reaches
+    itself through another."""
     import grimp
 
     graph = grimp.build_graph("attnbench")
     modules = sorted(m for m in graph.modules if m.startswith("attnbench.inputs"))
     assert modules == sorted(["attnbench.inputs", *(f"attnbench.inputs.{m}" for m in FAMILIES),
+                              *(f"attnbench.inputs.{m}" for m in HELPERS),
                               "attnbench.inputs.registry"])  # fmt: skip
-    for family in FAMILIES:
+    for family in FAMILIES + HELPERS:
         for above in ("attnbench.inputs", "attnbench.inputs.registry"):
             assert graph.find_shortest_chain(f"attnbench.inputs.{family}", above) is None
     for a in modules:

@@ -95,6 +95,13 @@ class Linformer(Backend):
         super().__init__(**values)
         self._projections: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    def validate(self, case) -> None:
+        """k <= n (projecting to more rows than tokens adds none), or the default's k."""
+        limit = max(case.n, self.params["k"].default)
+        self.check_at_most(
+            "k", limit, f"max(n, its default) at n = {case.n}: rows past n project nothing more"
+        )
+
     def projections(self, n: int, heads: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """E, F for sequence length n (drawn on the CPU, so every device sees the same), kept
         per (n, heads, device, dtype)."""

@@ -80,6 +80,16 @@ class Longformer(Backend):
     summary = "Longformer sliding window + global tokens (Beltagy et al. 2020)"
     stages = ("band", "global_keys", "softmax", "weighted_sum", "global_rows")
 
+    def validate(self, case) -> None:
+        """global <= n; window <= 2n, which covers every token already (or the default,
+        chosen for long sequences and kept at short ones)."""
+        n = case.n
+        self.check_at_most("global", n, f"the n = {n} tokens")
+        limit = max(2 * n, self.params["window"].default)
+        self.check_at_most(
+            "window", limit, f"max(2n, its default) at n = {n}: a wider window sees no more tokens"
+        )
+
     def geometry(self, n: int) -> tuple[int, int, int, int]:
         """(w, c, m, p): one-sided width, chunk length, chunks, neighbour chunks per side."""
         w = int(self.values["window"]) // 2

@@ -49,12 +49,13 @@ from attnbench.backends.registry import (
     Backend,
     Param,
     int_param,
+    parse_int,
     register,
 )
 
 
 def _conv_size(text: str) -> int:
-    value = int(text)
+    value = parse_int(text)
     if value < 0 or value > MAX_PARAM:
         raise ValueError(f"must be 0 (none) or an odd size in 1..{MAX_PARAM}")
     if value and value % 2 == 0:
@@ -188,6 +189,19 @@ class Nystromformer(Backend):
     def __init__(self, **values):
         super().__init__(**values)
         self._weights: dict[int, torch.Tensor] = {}
+
+    def validate(self, case) -> None:
+        """landmarks <= n and conv <= 2n - 1, the widest kernel that meets a token (or
+        their defaults, chosen for long sequences and kept at short ones)."""
+        n = case.n
+        limit = max(n, self.params["landmarks"].default)
+        self.check_at_most(
+            "landmarks", limit, f"max(n, its default) at n = {n}: a token per landmark at least"
+        )
+        limit = max(2 * n - 1, self.params["conv"].default)
+        self.check_at_most(
+            "conv", limit, f"max(2n - 1, its default) at n = {n}: wider taps meet no token"
+        )
 
     def conv_weight(self, heads: int) -> torch.Tensor | None:
         """The seeded [heads, conv] kernels (float64, CPU), or None for conv=0."""

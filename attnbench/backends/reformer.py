@@ -111,6 +111,13 @@ class Reformer(Resampling, Backend):
     summary = "Reformer LSH attention: shared QK, sorted buckets, chunk + previous chunk"
     stages = ("hash", "sort", "chunk_attention", "unsort", "combine")
 
+    def validate(self, case) -> None:
+        """bucket <= n (a longer chunk is padding), or the default's bucket."""
+        limit = max(case.n, self.params["bucket"].default)
+        self.check_at_most(
+            "bucket", limit, f"max(n, its default) at n = {case.n}: a longer chunk holds padding"
+        )
+
     def rotations(self, heads: int, d: int, n_buckets: int, device, call: int = 0):
         """R [heads, hashes, d, n_buckets/2] of draw `call`, kept for the latest call."""
         shape = (heads, self.values["hashes"], d, n_buckets // 2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -43,11 +44,32 @@ MAX_PARAM = 2**31 - 1
 MAX_SEED_PARAM = 2**63 - 1
 
 
+def parse_int(text: str) -> int:
+    """An integer written in ASCII digits, with an optional minus sign. Python's int() also
+    takes other scripts' digits, underscores and spaces ("\uff13\uff12", "3_2"), which would
+    make two specs of one backend differ in text: refused, so a spec is written one way."""
+    text = str(text)
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise ValueError("must be an integer in ASCII digits")
+    return int(text)
+
+
+def parse_float(text: str) -> float:
+    """A finite number in ASCII: digits, a point, an exponent (as `parse_int`, for floats)."""
+    text = str(text)
+    if not re.fullmatch(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
+        raise ValueError("must be a number in ASCII digits")
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("must be finite")
+    return value
+
+
 def int_param(default: int, lo: int = 1, hi: int | None = None, help: str = "") -> Param:
     hi = MAX_PARAM if hi is None else hi
 
     def parse(text: str) -> int:
-        value = int(text)
+        value = parse_int(text)
         if not lo <= value <= hi:
             raise ValueError(f"must be in {lo}..{hi}")
         return value
@@ -72,7 +94,7 @@ def tau_param(default: int | str = 8) -> Param:
     def parse(text: str) -> int | str:
         if str(text).lower() == "auto":
             return "auto"
-        value = int(text)
+        value = parse_int(text)
         if not 1 <= value <= 24:
             raise ValueError("must be in 1..24 or 'auto'")
         return value
@@ -205,6 +227,14 @@ class Backend:
     def validate(self, case: Case) -> None:
         """Raise UsageError when these parameters can never run `case` (a window larger than
         the grid): the runner checks every case of a sweep before any work."""
+
+    def check_at_most(self, key: str, limit: int, meaning: str) -> None:
+        """UsageError when parameter `key` is above `limit`, the most it can mean in a case
+        (`meaning` says why): a size past the sequence adds no tokens, only memory, as
+        l=9999 at n = 64 took gigabytes for a 64-token pattern."""
+        value = self.values[key]
+        if value > limit:
+            raise UsageError(f"{self.name}: {key}={value} is above {limit}, {meaning}")
 
     def diagnostics(self, q, k, v, grid: tuple[int, int] | None = None) -> dict[str, float]:
         """What the backend knows about its own work on these inputs, by name (a search's

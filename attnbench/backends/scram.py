@@ -18,6 +18,8 @@ from attnbench.backends.registry import (
     Backend,
     Param,
     int_param,
+    parse_float,
+    parse_int,
     register,
     token_grid,
 )
@@ -127,10 +129,24 @@ def _variant(text: str) -> str:
 
 
 def _jumps(text: str) -> tuple[int, ...]:
-    jumps = tuple(int(j) for j in str(text).replace(";", " ").replace("/", " ").split())
+    jumps = tuple(parse_int(j) for j in str(text).replace(";", " ").replace("/", " ").split())
     if not jumps or any(j < 1 for j in jumps):
         raise ValueError("positive steps separated by '/', e.g. 8/4/2/1")
     return jumps
+
+
+def _unit(text: str) -> float:
+    value = parse_float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be in [0, 1]")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = parse_float(text)
+    if not value > 0.0:
+        raise ValueError("must be > 0")
+    return value
 
 
 def head_mask(mask: torch.Tensor | None, heads: int) -> torch.Tensor | None:
@@ -187,6 +203,16 @@ class SCRAM(Backend):
         if self.values["kappa"] > height * width:
             kappa = self.values["kappa"]
             raise UsageError(f"scram: kappa={kappa} exceeds the {height * width} keys")
+        self.check_grid_distances(grid)
+
+    def check_grid_distances(self, grid: tuple[int, int]) -> None:
+        """Distances in pixels (L, and scram-mh's step) at most the grid's longer side,
+        or their default: no two pixels of the grid are further apart."""
+        for key in ("L", "step"):
+            if key in self.values:
+                limit = max(*grid, self.params[key].default)
+                where = f"max(longer side, its default) of the {grid[0]}x{grid[1]} grid"
+                self.check_at_most(key, limit, where)
 
     def validate(self, case) -> None:
         self._check(token_grid(case.grid, case.n))

@@ -27,6 +27,8 @@ from attnbench.backends.scram import (
     PATCHMATCH_STAGES,
     SCRAM,
     _jumps,
+    _positive,
+    _unit,
     _variant,
     head_mask,
     patchmatch_cost,
@@ -34,19 +36,8 @@ from attnbench.backends.scram import (
 from attnbench.errors import UsageError
 from attnbench.kernels.patchmatch.core import MAX_KAPPA
 
-
-def _unit(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError("must be in [0, 1]")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError("must be > 0")
-    return value
+# draws (or chain steps) per query: memory grows as n x samples x d (`predicted_bytes`)
+MAX_SAMPLES = 1 << 16
 
 
 _COMMON = {
@@ -97,6 +88,7 @@ class _SCRAMMonteCarlo(SCRAM):
         if self.values["kappa"] > height * width:
             kappa = self.values["kappa"]
             raise UsageError(f"{self.name}: kappa={kappa} exceeds the {height * width} keys")
+        self.check_grid_distances(grid)
 
     def _prepare(self, q, k, mask, grid):
         """Flattened q, k [B*H, n, d], the PatchMatch modes and the key validity [B*H, n]
@@ -185,7 +177,7 @@ class SCRAMSNIS(_SCRAMMonteCarlo):
     name = "scram-snis"
     params = {
         **_COMMON,
-        "samples": int_param(64, 1, None, "keys drawn per query"),
+        "samples": int_param(64, 1, MAX_SAMPLES, "keys drawn per query"),
         "alpha": Param(0.9, _unit, "proposal mass on the mode bumps (rest uniform)"),
         "phi": Param(1.5, _positive, "RBF length-scale of each mode bump, pixels"),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of PatchMatch and of the draws"),
@@ -308,7 +300,7 @@ class SCRAMMH(_SCRAMMonteCarlo):
     name = "scram-mh"
     params = {
         **_COMMON,
-        "samples": int_param(64, 1, None, "steps per chain (kappa chains per query)"),
+        "samples": int_param(64, 1, MAX_SAMPLES, "steps per chain (kappa chains per query)"),
         "step": int_param(2, 1, None, "proposal half-width per axis, pixels"),
         "seed": int_param(0, 0, MAX_SEED_PARAM, "seed of PatchMatch and of the chains"),
     }

@@ -152,6 +152,9 @@ class SparseStrided(_Sparse):
     summary = "Sparse Transformer strided pattern (Child et al. 2019), bidirectional"
     stages = ("band", "stride", "softmax", "weighted_sum")
 
+    def validate(self, case) -> None:
+        self.check_at_most("l", case.n, f"the n = {case.n} tokens a stride or band can span")
+
     def pattern(self, n, grid=None, rows=slice(None)):
         return strided_pattern(n, self.stride(n, grid), rows)
 
@@ -245,6 +248,10 @@ class SparseFixed(_Sparse):
         l, c = int(self.values["l"]), int(self.values["c"])  # noqa: E741
         if c < 1 or l < 0 or (l and c > l):
             raise UsageError(f"sparse-fixed: need 1 <= c <= l, got l={l}, c={c}")
+
+    def validate(self, case) -> None:
+        for key in ("l", "c"):
+            self.check_at_most(key, case.n, f"the n = {case.n} tokens a block can hold")
 
     def summary_width(self, l: int) -> int:  # noqa: E741
         return min(int(self.values["c"]), l)

@@ -70,6 +70,14 @@ class YOSOC(YOSO):
         super().__init__(**values)
         self._weights: dict[tuple, torch.Tensor] = {}
 
+    def validate(self, case) -> None:
+        """conv <= 2n - 1, the widest kernel that meets a token, or the default's."""
+        super().validate(case)
+        limit = max(2 * case.n - 1, self.params["conv"].default)
+        self.check_at_most(
+            "conv", limit, f"max(2n - 1, its default) at n = {case.n}: wider taps meet no token"
+        )
+
     def conv_weight(self, heads: int, device) -> torch.Tensor:
         key = (heads, str(device))
         if key not in self._weights:

@@ -5,6 +5,7 @@ YOSO-trained one)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -94,6 +95,13 @@ def _training(model, steps, tokens, lengths, lr, warmup, evals, seed, layers, wi
     config = MLMConfig(layers, width, hidden, heads)
     if max(sizes) > config.positions:
         raise UsageError(f"--lengths: at most {config.positions}, the model's positions")
+    if tokens < max(sizes):  # a step reads tokens // n sequences: none would fit
+        raise UsageError(f"--tokens {tokens} is fewer than one sequence of --lengths {max(sizes)}")
+    # typer's min=0 lets nan (no comparison holds) and inf through: both train to NaN
+    if not math.isfinite(lr):
+        raise UsageError(f"--lr {lr}: the learning rate must be a finite number")
+    if max_seconds is not None and math.isnan(max_seconds):
+        raise UsageError("--max-seconds nan: give a number of seconds")
     if evals > steps:
         raise UsageError(f"--evals {evals} is more than --steps {steps}")
     tau = model.values.get("tau")
@@ -141,6 +149,7 @@ def _train_and_write(runs, outs, log: Path, plot: Path | None, threads: int) -> 
             task = progress.add_task(label, total=run.steps)
 
             def on_step(entry: dict, task=task, label=label, steps=run.steps) -> None:
+                _check_finite(entry, label)
                 entry["threads"], entry["load1"] = threads, os.getloadavg()[0]
                 description = f"{label}, loss {entry['loss']:.3f}"
                 progress.update(task, advance=1, description=description)
@@ -186,6 +195,16 @@ def _save(model, run, entries, out: Path, command, text, held, threads) -> None:
     }  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, checkpoint_bytes(model, facts))
+
+
+def _check_finite(entry: dict, label: str) -> None:
+    """Stop at the first non-finite loss: the weights are NaN from there on, so the run
+    is refused before its checkpoint or log is written (earlier backends' stay)."""
+    if not math.isfinite(entry["loss"]):
+        raise UsageError(
+            f"train: {label}'s loss is {entry['loss']} at step {entry['step']} (lr "
+            f"{entry['lr']:g}); nothing written for it; try a lower --lr"
+        )
 
 
 def _eval_line(label: str, entry: dict) -> str:

@@ -15,7 +15,8 @@ from attnbench.errors import UsageError
 
 
 def parse_options(text: str, allowed: tuple[str, ...], kind: str) -> dict[str, int]:
-    """`a=1,b=2` -> {"a": 1, "b": 2}: non-negative integers, known keys, each once."""
+    """`a=1,b=2` -> {"a": 1, "b": 2}: non-negative integers in ASCII digits, known keys,
+    each once."""
     options: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, eq, value = item.partition("=")
@@ -27,7 +28,9 @@ def parse_options(text: str, allowed: tuple[str, ...], kind: str) -> dict[str, i
             )
         if key in options:
             raise UsageError(f"--inputs {kind}: {key} given twice")
-        if not value.strip().isdigit():
+        value = value.strip()
+        # ASCII digits only: str.isdigit and int() also take other scripts' digits and "_"
+        if not value.isascii() or not value.isdigit():
             raise UsageError(f"--inputs {kind}: {key} must be a non-negative integer")
         options[key] = int(value)
     return options

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -26,42 +27,22 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
     if not path.is_file():
         raise UsageError(f"--inputs: file {path} does not exist")
     try:
-        if path.suffix == ".npz":
-            with np.load(path) as data:
-                raw = {key: torch.from_numpy(data[key]) for key in data.files}
-        else:
-            with warnings.catch_warnings():  # the error below says all; no warning first
-                warnings.simplefilter("ignore")
-                raw = torch.load(path, map_location="cpu", weights_only=True)
+        raw = _read_npz(path) if path.suffix == ".npz" else _read_pt(path)
     except pickle.UnpicklingError:
+        if not zipfile.is_zipfile(path):  # torch.save writes a zip: this is not its file
+            raise UsageError(f"--inputs: {path} is not a file torch.save wrote") from None
         raise UsageError(
             f"--inputs: {path} holds objects other than tensors, which could run code on "
             "loading; save plain tensors (torch.save({'q': q, 'k': k, 'v': v}, path))"
         ) from None
+    except UsageError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
-        detail = " ".join(str(exc).split())  # one line, whatever the reader wrote
+        detail = " ".join(str(exc).split())[:200]  # one line, whatever the reader wrote
         raise UsageError(f"--inputs: cannot read {path}: {detail}") from None
     if not isinstance(raw, dict) or any(key not in raw for key in "qkv"):
         raise UsageError(f"--inputs: {path} must hold arrays named q, k and v")
-    tensors = []
-    for key in "qkv":
-        try:
-            t = torch.as_tensor(raw[key])
-        except (TypeError, ValueError, RuntimeError):
-            raise UsageError(f"--inputs: {key} in {path} is not a numeric array") from None
-        if t.layout != torch.strided:
-            raise UsageError(f"--inputs: {key} in {path} is a sparse tensor; save it dense")
-        if not t.is_floating_point():
-            raise UsageError(f"--inputs: {key} in {path} is not a floating-point array")
-        if t.dim() not in (2, 3, 4):
-            raise UsageError(f"--inputs: {key} in {path} has {t.dim()} dims; want 2, 3 or 4")
-        if t.numel() == 0:
-            raise UsageError(f"--inputs: {key} in {path} is empty, shape {tuple(t.shape)}")
-        while t.dim() < 4:
-            t = t.unsqueeze(0)
-        if not torch.isfinite(t).all():
-            raise UsageError(f"--inputs: {key} in {path} contains NaN or inf")
-        tensors.append(t)
+    tensors = [_checked(raw[key], key, path) for key in "qkv"]
     q, k, v = tensors
     if q.shape != k.shape or k.shape[:3] != v.shape[:3]:
         raise UsageError(
@@ -69,6 +50,58 @@ def load_qkv(path: Path) -> list[torch.Tensor]:
             f"v {tuple(v.shape)} (q and k must match; v must share batch, heads and n)"
         )
     return tensors
+
+
+def _read_npz(path: Path) -> dict:
+    """The arrays of a .npz, without pickled objects; byte order made native, as torch
+    takes only that (a big-endian file is as valid as any)."""
+    if not zipfile.is_zipfile(path):  # else numpy reads it as a pickle and says so
+        raise UsageError(f"--inputs: {path} is not a .npz archive (numpy.savez writes one)")
+    raw = {}
+    with np.load(path, allow_pickle=False) as data:
+        for key in data.files:
+            try:
+                array = data[key]
+            except ValueError:  # object arrays: numpy's advice is to load them unsafely
+                raise UsageError(
+                    f"--inputs: {key} in {path} holds Python objects; save numeric arrays"
+                ) from None
+            if not isinstance(array, np.ndarray):  # a zip member that is no .npy
+                raise UsageError(f"--inputs: {path} is a zip but not a .npz (numpy.savez)")
+            raw[key] = array.astype(array.dtype.newbyteorder("="), copy=False)
+    return raw
+
+
+def _read_pt(path: Path):
+    with warnings.catch_warnings():  # the error below says all; no warning first
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _checked(value, key: str, path: Path) -> torch.Tensor:
+    """One of q, k, v as a dense, finite, floating-point [B, H, n, d] tensor."""
+    if isinstance(value, np.ndarray) and value.dtype.kind not in "biufc":
+        raise UsageError(f"--inputs: {key} in {path} is not a numeric array ({value.dtype})")
+    try:
+        t = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise UsageError(f"--inputs: {key} in {path} is not a numeric array") from None
+    if t.is_meta:
+        raise UsageError(f"--inputs: {key} in {path} is a meta tensor, which holds no data")
+    if t.is_nested or t.layout != torch.strided:
+        layout = "nested" if t.is_nested else str(t.layout).removeprefix("torch.")
+        raise UsageError(f"--inputs: {key} in {path} is a {layout} tensor; save it dense")
+    if not t.is_floating_point():
+        raise UsageError(f"--inputs: {key} in {path} is not a floating-point array")
+    if t.dim() not in (2, 3, 4):
+        raise UsageError(f"--inputs: {key} in {path} has {t.dim()} dims; want 2, 3 or 4")
+    if t.numel() == 0:
+        raise UsageError(f"--inputs: {key} in {path} is empty, shape {tuple(t.shape)}")
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    if not torch.isfinite(t).all():
+        raise UsageError(f"--inputs: {key} in {path} contains NaN or inf")
+    return t
 
 
 class FileInputs(Source):

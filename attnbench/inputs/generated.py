@@ -78,5 +78,16 @@ class ClusteredInputs(Source):
                 raise UsageError("--inputs clustered:size=N needs N >= 1 tokens per cluster")
             self.cluster_size = options["size"]
 
+    def check_lengths(self, seqs: list[int], option: str = "--seq") -> None:
+        """A cluster of `size` tokens needs n >= size: a larger one is the whole sequence,
+        one cluster, which `size` does not mean."""
+        size = self.cluster_size
+        short = [n for n in seqs if size is not None and n < size]
+        if short:
+            raise UsageError(
+                f"{option} {short[0]}: --inputs clustered:size={size} needs at least "
+                f"{size} tokens, a cluster's"
+            )
+
     def draw(self, n, seed, grid):
         return clustered_qkv(self.batch, self.heads, n, self.dim, seed, self.cluster_size)

@@ -18,7 +18,7 @@ import torch
 
 from attnbench.errors import UsageError
 from attnbench.inputs.base import Source, parse_options
-from attnbench.nn.mlm import read
+from attnbench.inputs.checkpoint import build, read_checkpoint
 
 NAME = "model:yoso-mlm"
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "yoso-mlm.pt"
@@ -28,7 +28,7 @@ OPTIONS = ("layer", "head")
 
 class TrainedInputs(Source):
     """A YOSO-trained model's Q, K, V over contiguous held-out text. Cheap to build and to
-    pickle: the checkpoint is read on first use."""
+    pickle: the checkpoint is checked when built (`inputs.checkpoint`), kept on first use."""
 
     names, usage = (NAME, f"{NAME}:"), (NAME,)
     fixed_shape = True
@@ -39,9 +39,9 @@ class TrainedInputs(Source):
         self.checkpoint = Path(checkpoint or CHECKPOINT)
         if not self.checkpoint.is_file():
             raise UsageError(f"--inputs {NAME}: no checkpoint at {self.checkpoint}")
-        config = read(self.checkpoint)["config"]
-        self.layers, self.all_heads = config["layers"], config["heads"]
-        self.positions = config["positions"]
+        config, _ = read_checkpoint(self.checkpoint, f"--inputs {NAME}")
+        self.layers, self.all_heads = config.layers, config.heads
+        self.positions = config.positions
         self.layer = opts.get("layer", min(DEFAULT_LAYER, self.layers - 1))
         if self.layer >= self.layers:
             raise UsageError(f"--inputs {NAME}: layer must be 0..{self.layers - 1}")
@@ -49,7 +49,7 @@ class TrainedInputs(Source):
         if self.head is not None and self.head >= self.all_heads:
             raise UsageError(f"--inputs {NAME}: head must be 0..{self.all_heads - 1}")
         heads = 1 if self.head is not None else self.all_heads
-        super().__init__(kind, 1, heads, config["width"] // self.all_heads)
+        super().__init__(kind, 1, heads, config.width // self.all_heads)
         self._model = self._text = None
 
     def __getstate__(self):
@@ -71,9 +71,8 @@ class TrainedInputs(Source):
     def _load(self) -> None:
         if self._model is None:
             from attnbench.nn.corpus import held_out_bytes
-            from attnbench.nn.mlm import load
 
-            self._model, _ = load(self.checkpoint)
+            self._model = build(*read_checkpoint(self.checkpoint, f"--inputs {NAME}"))
             self._text = torch.frombuffer(bytearray(held_out_bytes()), dtype=torch.uint8)
 
     def draw(self, n, seed, grid):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import float32, njit, prange, uint64
 
+from attnbench.kernels.jitcache import cached_njit
 from attnbench.kernels.simd import _LANES, _splat, _store, _zeros
 
 CHAINS = 12  # independent sums per thread: 12 of the 16 AVX registers
@@ -28,7 +29,7 @@ def _horizontal(v):
     return lanes.sum()
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def vector_adds(parts, reps):
     """`reps` x ADDS_PER_REP float32 adds on each of `parts` threads; a check sum."""
     check = 0.0

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from numba import njit, prange
 
+from attnbench.kernels.jitcache import cached_njit
+
 LINE_ELEMENTS = 8  # float64 values per 64-byte cache line: slices are whole lines
 
 
@@ -22,7 +24,7 @@ def _chunk(size, parts):
     return (size // parts) // LINE_ELEMENTS * LINE_ELEMENTS
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def fill(a, value, parts):
     """a[:] = value, each slice by the thread that later works on it (first touch places
     its pages near that thread)."""
@@ -34,7 +36,7 @@ def fill(a, value, parts):
     return a[0]
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def copy(a, b, parts, reps):
     """`reps` passes of a = b and b = a in turn over each thread's slice; a check sum."""
     chunk = _chunk(a.size, parts)
@@ -53,7 +55,7 @@ def copy(a, b, parts, reps):
     return check
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def triad(a, b, c, s, parts, reps):
     """`reps` passes of a = b + s c and b = a - s c in turn over each thread's slice (the
     values stay bounded however many passes run); a check sum."""

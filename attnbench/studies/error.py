@@ -29,6 +29,7 @@ must have a backward (UsageError otherwise).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -234,6 +235,7 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
     skipped = {} if not exact else _map_skips(case, vs)
     found: dict[str, list[float]] = {}
     drawn: dict[str, list[DrawStats]] = {}  # grad_<g>: each trial's draws against the reference
+    finite = True  # every output of the backend: else no metric of the case means anything
     for trial in range(trials):
         seed = case.seed + trial
         q, k, v = inputs(seed)
@@ -246,6 +248,7 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
             expected = inputs.memo(("reference", reference.spec, seed), make)
             if not backward:
                 out = backend(q, k, v, grid=case.grid)
+            finite = finite and bool(torch.isfinite(out).all())
             metrics = {name + vs: fn(out, expected) for name, fn in OUTPUT_METRICS.items()}
             if exact and not skipped:
                 metrics |= _map_metrics(backend, q, k, case.grid, vs)
@@ -269,10 +272,28 @@ def measure(case: Case, inputs: CaseInputs) -> list[Row]:
     rows += [
         row for name, stats in drawn.items() for row in gradients.draw_rows(case, name, stats, vs)
     ]
+    rows = [_mark_non_finite(row, finite) for row in rows]
     return rows + [
         case_row(case, metric, unit=_unit(metric), status="skipped", reason=reason)
         for metric, reason in skipped.items()
     ]
+
+
+def _mark_non_finite(row: Row, output_finite: bool = True) -> Row:
+    """A row whose value, spread or samples hold NaN or inf, or any row of a backend whose
+    output did (a map of NaN weights captures "0" mass), is an `error`, not `ok`: it
+    measured nothing (inputs near float32's limit overflow), and result files keep no
+    infinity, so its numbers are left out."""
+    numbers = [row.value, row.std, row.p10, row.p90, *row.samples]
+    finite = all(x is None or math.isfinite(x) for x in numbers)
+    if row.status != "ok" or (finite and output_finite):
+        return row
+    what = f"{row.metric} is" if not finite else "the backend's output has"
+    row.status = "error"
+    row.reason = f"non-finite: {what} NaN or inf (inputs near float32's limit?)"
+    row.value = row.std = row.p10 = row.p90 = None
+    row.samples = []
+    return row
 
 
 def _seeded(backend: Backend, seed: int) -> Backend:

@@ -17,6 +17,7 @@ import numba
 import numpy as np
 from numba import float32, njit, prange, uint64
 
+from attnbench.kernels.jitcache import cached_njit
 from attnbench.kernels.lsh.checks import check, check_codes, check_pairs, require
 from attnbench.kernels.lsh.core import (
     LONG_ROWS_BUDGET,
@@ -119,7 +120,7 @@ def _gather_block(tables, offs, svals, hashes, row, k, scaled):
     _store(row, kk + uint64(24), _load(row, kk + uint64(24)) + a3)
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _cumulation(
     read_codes,
     write_codes,
@@ -233,7 +234,7 @@ def _sort_by_code(codes, tau, order, keys, spare_order, spare_keys, counts):
     return order, keys
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _weighted_cumulation(
     read_codes, write_codes, weights, vectors, read_weights, tau, width, span, workers, out
 ):
@@ -422,7 +423,7 @@ def scaled_cumulation(
     out /= np.float32(m)
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc"})
+@cached_njit(parallel=True, fastmath={"reassoc"})
 def normalise_rows(y, eps, norms):
     """y [R, D] /= its rows' l2 norms in place, norms [R] = max(|y_r|, eps) (as F.normalize):
     one pass over each row while it sits in L1, where torch takes one for the norms and
@@ -440,7 +441,7 @@ def normalise_rows(y, eps, norms):
             row[k] /= norm
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc"})
+@cached_njit(parallel=True, fastmath={"reassoc"})
 def off_the_row(g, x, x_norms, divisors, out):
     """out[r] = (g[r] - x[r] <x[r], g[r]> / x_norms[r]^2) / divisors[r] for rows [R, D]:
     g less its component along x, the derivative of x / |x| applied to g (times |x|),
@@ -589,7 +590,7 @@ def _dot(a, b):
     return acc
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _pair_cumulation(
     read_codes,
     sorted_codes,

@@ -18,6 +18,7 @@ from llvmlite import ir
 from numba import njit, prange, types, uint64
 from numba.extending import intrinsic
 
+from attnbench.kernels.jitcache import cached_njit
 from attnbench.kernels.lsh.checks import check, require
 from attnbench.kernels.simd import (
     _I32,
@@ -208,7 +209,7 @@ def _gaussian_unit(x, packed, tau, out, g, i0, bits):
             of[at + uint64(f)] = (word >> uint64(s & 7)) & mask
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _gaussian_codes(x, proj, tau, out, workers):
     groups, n, d = x.shape
     panels = (out.shape[2] * tau + _PANEL - 1) // _PANEL
@@ -397,7 +398,7 @@ def _fast_unit(x, diags, tau, out, g, i0, buf, codes):
             of[at + r * mu + f] = codes[f * _RU + r]
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _fast_codes(x, diags, tau, out, workers):
     groups, n, _ = x.shape
     dp = diags.shape[3]

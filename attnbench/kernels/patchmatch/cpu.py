@@ -27,6 +27,7 @@ from contextlib import nullcontext
 import numpy as np
 from numba import njit, prange
 
+from attnbench.kernels.jitcache import cached_njit
 from attnbench.kernels.patchmatch import core
 
 __all__ = ["STAGES", "no_stage", "patchmatch", "window_softmax"]
@@ -134,7 +135,7 @@ def _random_search_block(
                 core.copy_list(lid, lsc, 0, ids, sc, row0 + j, kappa)
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _init(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked):
     """Random initial lists in the fields [B*n, kappa] (row = list of query b * n + p)."""
     B, n = q.shape[0], q.shape[1]
@@ -143,7 +144,7 @@ def _init(q, k, kappa, mode, L, W, scale, seed, ids, sc, valid, masked):
         core.init_query(ids, sc, unit, q, k, b, p, kappa, mode, L, W, scale, seed, valid, masked)
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _propagate(
     q, k, kappa, mode, L, H, W, jump, scale, since, now, cur_ids, cur_sc, nxt_ids, nxt_sc,
     changed, cur, valid, masked,
@@ -170,7 +171,7 @@ def _propagate(
             core.copy_list(lid, lsc, 0, nxt_ids, nxt_sc, unit, kappa)
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _random_search(
     q, k, kappa, mode, L, H, W, scale, seed, t, now, ids, sc, changed, cur, valid, masked
 ):
@@ -186,7 +187,7 @@ def _random_search(
         )  # fmt: skip
 
 
-@njit(parallel=True, cache=True)
+@cached_njit(parallel=True)
 def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, masked):
     """One work unit per grid row of a batch entry, with its own scratch: the matches'
     coordinates, and the keys of one query's windows with their scores and exponentials."""
@@ -207,7 +208,7 @@ def _window_softmax(q, k, v, matches, H, W, radius, scale, out, counts, valid, m
             )  # fmt: skip
 
 
-@njit(cache=True)
+@cached_njit()
 def _all_passes(
     q, k, kappa, mode, L, H, W, T, jumps, scale, seed, ids, sc, ids2, sc2, changed, prune,
     valid, masked,
