@@ -163,3 +163,30 @@ def test_cumulation_marks_nothing_without_a_marker():
         LSHCumulation.apply(q, k, v, *codes, 3, reference, "lsh").sum().backward()
     assert not [e for e in prof.events() if e.name.startswith("backward_")]
     assert q.grad is not None and k.grad is not None and v.grad is not None
+
+
+def test_lsh_dq_dk_on_the_cpu_kernel_cost_what_it_moves(monkeypatch):
+    """backward=lsh with numba on the CPU sorts rows by code and keeps each bucket's table
+    in L1 (`kernels.lsh.cpu.weighted_cumulation`), counted by hand at G = 1, n = 8, d = 4,
+    d_v = 2, m = 2, tau = 3 on one thread: one unit of width 4, one span, one radix pass.
+    Per hash: codes 4 x 2 x 8 = 64; sorts 2 x (8 x 8 + 20 x 8) = 448; the walk over both
+    sorted lists 16 x 8 = 128; rows 4 x 8 x (2 x 2 + 3 x 4) = 512: 1152, twice. Once:
+    output zeroed and scaled 3 x 4 x 8 x 4 = 384, tau/2 8 x 8 x 4 = 256. Flops: each of
+    16 rows (8 write, 8 read) 2 x 4 multiply-adds a hash, 2 hashes: 512; 1/m and tau/2:
+    2 x 8 x 4 = 64."""
+    from attnbench.kernels.lsh import cpu
+
+    monkeypatch.setattr(cpu.numba, "get_num_threads", lambda: 1)
+    backend = get_backend("yoso:m=2,tau=3,impl=numba,backward=lsh")
+    shape = Shape(batch=1, heads=1, n=8, dim=4, dim_v=2, mode="bwd", device="cpu")
+    costs = backend.cost(shape)
+    for stage in ("backward_dq", "backward_dk"):
+        cost = costs[stage]
+        assert cost.bytes == 2 * 1152 + 384 + 256
+        assert (cost.matmul_flops, cost.other_flops) == (512, 64)
+        assert cost.working_set == 4 * (8 * (2 * 2 + 2 * 4 + 2 * 2 + 8) + cpu.BUCKET_FLOATS)
+    # no 2^tau table passes per weight column: d_v x less table traffic than the tables'
+    big = Shape(batch=1, heads=4, n=4096, dim=64, mode="bwd", device="cpu")
+    sorted_cost = backend.cost(big)["backward_dq"]
+    tables = get_backend("yoso:m=2,tau=3,impl=torch,backward=lsh").cost(big)["backward_dq"]
+    assert tables.bytes > 20 * sorted_cost.bytes

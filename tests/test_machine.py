@@ -25,14 +25,19 @@ from attnbench.measure.threads import set_threads
 from attnbench.views.ceilings import ceilings_table
 
 runner = CliRunner()
+QUIET = {"load": 0.0, "cpu_mhz": None, "sched": None}
 MEASURE = limits.measure  # the real one, for wrappers around it
 
 
 @pytest.fixture(autouse=True)
 def tiny(monkeypatch, tmp_path):
-    """Every test: a cache of its own, tiny sizes, and torch's thread count restored."""
+    """Every test: a cache of its own, tiny sizes, a quiet host (whatever it is doing), and
+    torch's thread count restored."""
     monkeypatch.setenv(ceilings.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(limits, "SCALE", 1 / 512)
+    monkeypatch.setattr(limits, "snapshot", lambda device: QUIET)
+    monkeypatch.setattr(limits, "busy_now", lambda: None)
+    monkeypatch.setattr(limits, "sweep_points", lambda *args: [])  # levels as sysfs says
     threads = torch.get_num_threads()
     yield tmp_path / "cache"
     set_threads(threads)

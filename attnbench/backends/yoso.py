@@ -20,6 +20,7 @@ from functools import partial
 import torch
 
 from attnbench.backends.cost import Cost, Shape, matmul
+from attnbench.backends.lsh_cost import sorted_weighted
 from attnbench.backends.masking import token_mask, zero_masked_rows
 from attnbench.backends.registry import (
     MAX_SEED_PARAM,
@@ -103,6 +104,13 @@ class YOSO(Resampling, Backend):
         super().__init__(**values)
         if self.values["backward"] not in LINEAR:
             self.backward_stages = ("backward", DENSE_STAGE)
+
+    def validate(self, case) -> None:
+        """bound <= n, the most rows a bucket can hold, or the default's bound."""
+        limit = max(case.n, self.params["bound"].default)
+        self.check_at_most(
+            "bound", limit, f"max(n, its default) at n = {case.n}: a bucket holds n rows at most"
+        )
 
     def impl(self, device: str) -> str:
         if self.values["impl"] == "torch":
@@ -216,11 +224,12 @@ class YOSO(Resampling, Backend):
           2 G n P 3 (p log2 p + p). Both: 2 per code bit (compare, pack) 2 * 2 G n m tau,
           and with resample=call one per drawn number. Bytes: rows in, codes out
           4 * 2 G n (d + m), the draws read (and written when drawn).
-        cumulation, backward_dv: `_cumulation`. backward_dq, backward_dk: lsh: `_cumulation`
-          weighted by d_v columns of vectors of width d, then the tau/2 scale; proj: a
-          scaled `_cumulation` of width d, and in backward_dq the sign projections dY S
-          and V S, matmul 2 * 2 G n d_v m, with 1/|q|, 1/|k| folded in, 2 G n m and
-          16 G n m bytes; pairs, star: `_pairs`.
+        cumulation, backward_dv: `_cumulation`. backward_dq, backward_dk: lsh: with numba
+          on the CPU, `lsh_cost.sorted_weighted` (its kernel sorts rows by code, no
+          tables); elsewhere `_cumulation` weighted by d_v columns of vectors of width d,
+          then the tau/2 scale; proj: a scaled `_cumulation` of width d, and in
+          backward_dq the sign projections dY S and V S, matmul 2 * 2 G n d_v m, with
+          1/|q|, 1/|k| folded in, 2 G n m and 16 G n m bytes; pairs, star: `_pairs`.
         output_normalise: 3 G n d_v; bytes 8 G n d_v (+ (4 + w) G n d_v for the cast).
         backward_dense (dense|expected): matmul 4 G n^2 (d + d_v) (+ 2 G n^2 d for the
           cosines of expected); other G n^2 (2m + 3) (dense: m compares and adds, 1/m,
@@ -261,7 +270,10 @@ class YOSO(Resampling, Backend):
             if kind in LINEAR:
                 dv_stage, dq_stage, dk_stage = LSH_STAGES
                 costs[dv_stage] = self._cumulation(shape, tau, dv)
-                if kind == "lsh":
+                if kind == "lsh" and one_pass:  # the sorting CPU kernel: `lsh_cost`
+                    weighted = sorted_weighted(shape, v["m"], tau)
+                    costs[dq_stage] = costs[dk_stage] = weighted
+                elif kind == "lsh":
                     weighted = self._cumulation(shape, tau, d, weights=dv)
                     costs[dq_stage] = costs[dk_stage] = weighted
                 elif kind == "proj":

@@ -19,8 +19,10 @@ def machine(
 ) -> None:
     """This machine's ceilings: GEMM GFLOP/s per dtype, copy/triad GB/s per memory level.
 
-    Measured at --threads on first use, then read from the cache of this machine
-    fingerprint; the theoretical peak (cores x SIMD width x clock) is shown beside them."""
+    Measured at --threads on first use (saying so on stderr), then read from the cache of
+    this machine fingerprint once its check passes; ceilings measured on a busy host are
+    provisional and measured again on the next quiet run. The theoretical peak (cores x
+    SIMD width x clock) is shown beside them."""
     from attnbench.cli.parse import check_threads, output_path, resolve_device
 
     threads = check_threads(threads)

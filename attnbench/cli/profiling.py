@@ -57,6 +57,7 @@ def profile_cmd(
     ...); --plot draws the roofline, --trace keeps a trace for ui.perfetto.dev."""
     from attnbench.cli.parse import MAX_COUNT, positive
     from attnbench.studies.profile import ProfileSpec
+    from attnbench.views.ceilings import provisional_note
     from attnbench.views.tables import stage_table
 
     stage_filter = _stage_filter(stages)
@@ -72,7 +73,11 @@ def profile_cmd(
         raise UsageError("--nvtx: NVTX ranges are for a CUDA run under nsys; give --device cuda")
     spec.trace_dir = _trace_dir(trace)
     spec.check_stage_filter()  # before the machine's ceilings are measured
-    run_timed(spec, threads, at, resume, csv, json, plot, remeasure, stage_table)
+
+    def table(frame):  # run_timed has set spec.ceilings by the time it prints
+        return stage_table(frame, provisional_note(spec.ceilings))
+
+    run_timed(spec, threads, at, resume, csv, json, plot, remeasure, table)
     if trace is not None:
         core.console.print(f"wrote traces into {trace} (open them in ui.perfetto.dev)")
 
@@ -87,22 +92,18 @@ def _stage_filter(text: str | None) -> list[str] | None:
 
 
 def _trace_dir(path: Path | None) -> Path | None:
-    """The trace folder, probed before any work: made if absent, a trace file probed in it
-    (`writable_file`), and whatever the probe made removed again (the study makes the
-    folder when the first trace is written), so a bad --trace leaves nothing behind."""
+    """The trace folder, probed before any work: its parent must exist, as every output's
+    folder must (`writable_file`), and a trace file must be creatable there. The folder
+    itself may be new (the study makes it when the first trace is written), so a bad
+    --trace leaves nothing behind."""
     if path is None:
         return None
     from attnbench.cli.parse import writable_file
 
-    made = [p for p in (path, *path.parents) if not p.exists()]
-    try:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--trace: cannot make {path} ({exc.strerror or exc})") from None
+    if path.is_dir():
         writable_file(path / "trace.json", "--trace")
-    finally:
-        for folder in made:  # deepest first
-            if folder.is_dir():
-                folder.rmdir()
+    elif path.exists():
+        raise UsageError(f"--trace: {path} is a file; give a folder for the traces")
+    else:
+        writable_file(path, "--trace")  # its parent: exists, writable
     return path

@@ -18,15 +18,25 @@ from __future__ import annotations
 
 import math
 import os
-import re
+import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from functools import partial
 
-from attnbench.measure import is_cuda
-from attnbench.measure.ceilings import Ceilings, Level, load, machine_fingerprint, save
+from attnbench.measure import is_cuda, sweep
+from attnbench.measure.busy import describe, provenance, quiet_now
+from attnbench.measure.ceilings import (
+    LEVEL_SLACK,
+    Ceilings,
+    Level,
+    cache_path,
+    machine_fingerprint,
+    read,
+    save,
+)
+from attnbench.measure.conditions import snapshot
 from attnbench.measure.cpuinfo import GIB, MIB, cpu_caches, model_name, this_cpu_peak
+from attnbench.measure.gpuinfo import datasheet, nvml_clocks  # noqa: F401  (re-exported)
 
 SCALE = 1.0  # shrinks sizes, bytes per call and time budgets (tests); 1 measures for real
 
@@ -57,18 +67,31 @@ def load_or_measure(
     threads: int | None = None,
     remeasure: bool = False,
     on_step: Step | None = None,
+    notify: Step | None = None,
 ) -> Ceilings:
     """The ceilings of this machine fingerprint at `threads` (None: torch's current count):
     from the cache, else measured and saved. `remeasure` measures even when cached. A
+    cached record that fails its check, or a provisional one while the host is quiet now,
+    is measured again; `notify` (default: a line on stderr) is told why, and when measuring
+    starts and ends, so no measurement is silent. A provisional record on a host still
+    busy is used as it is, without a word here: the tables printed from it say so. A
     cache that cannot be written is no error: the ceilings still hold for this run."""
     from attnbench.measure.threads import set_threads
 
+    say = notify or _stderr
     threads = set_threads(threads)
+    fingerprint = _fingerprint(device, threads)
     if not remeasure:
-        cached = load(_fingerprint(device, threads))
-        if cached is not None:
+        cached, why = read(fingerprint)
+        if why is not None:
+            say(f"ceilings cache {cache_path(fingerprint)}: {why}; measuring again")
+        if cached is not None and not cached.provisional:
             return cached
-    ceilings = measure(device, threads, on_step)
+        if cached is not None and busy_now() is not None:
+            return cached  # provisional, and still busy: the tables say so (views.ceilings)
+        if cached is not None:
+            say("ceilings were provisional (measured on a busy host); the host is quiet now")
+    ceilings = measure(device, threads, on_step, say)
     try:
         save(ceilings)
     except OSError:
@@ -76,28 +99,49 @@ def load_or_measure(
     return ceilings
 
 
-def measure(device: str, threads: int, on_step: Step | None = None) -> Ceilings:
-    """Measure now at the current thread count (`threads` is what it was set to)."""
-    step = on_step or _quiet
+def measure(
+    device: str, threads: int, on_step: Step | None = None, notify: Step | None = None
+) -> Ceilings:
+    """Measure now at the current thread count (`threads` is what it was set to), with
+    the host's load and CPU wait meanwhile (`busy.provenance`)."""
+    step, say = on_step or _quiet, notify or _quiet
+    say(f"measuring this machine's ceilings ({device}, {threads} threads: GEMM per dtype, "
+        "bandwidth per memory level; once per machine, then cached)")  # fmt: skip
+    before, start = snapshot(device), time.perf_counter()
     if is_cuda(device):
         gemm, sizes, levels, extra = _measure_cuda(device, step)
     else:
         gemm, sizes, levels, extra = _measure_cpu(threads, step)
+    record = provenance(before, snapshot(device), time.perf_counter() - start)
+    record.update(extra.pop("found", {}))
+    say(f"measured the ceilings in {record['seconds']:.0f} s ({describe(record)})" + (
+        f": provisional, the host was busy ({record['busy']}); they are measured again on "
+        "the next quiet run" if record["provisional"] else ""))  # fmt: skip
     return Ceilings(
         device=device,
         device_name=device_name(device),
         threads=threads,
         fingerprint=_fingerprint(device, threads),
-        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        measured_at=record["measured_at"],
         gemm_gflops=gemm,
         levels=levels,
         gemm_size=sizes,
+        provenance=record,
         **extra,
     )
 
 
 def _quiet(text: str) -> None:
     pass
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def busy_now() -> str | None:
+    """Why the host is busy now, or None: `busy.quiet_now`, here so tests can pin it."""
+    return quiet_now()
 
 
 def _fingerprint(device: str, threads: int) -> str:
@@ -166,7 +210,8 @@ def _rate(fn, device: str, units: float, flush_l2: bool = True) -> tuple[float, 
 
 
 def _measure_cpu(threads: int, step: Step):
-    """GEMM per dtype, copy/triad per memory level on numba's threads, the computed peak."""
+    """GEMM per dtype, copy/triad per memory level on numba's threads (the levels the
+    bandwidth sweep confirms, `sweep.levels`), the computed peak."""
     import numba
 
     from attnbench.measure.memory import available_bytes
@@ -177,11 +222,35 @@ def _measure_cpu(threads: int, step: Step):
     parts = numba.get_num_threads()
     adds = {"float32": _add_peak(parts, step)}
     most = available_bytes("cpu") / DRAM_MEMORY_SHARE
-    levels = [
-        _cpu_level(name, capacity, working_set, parts, step)
-        for name, capacity, working_set in cpu_levels(parts, cpu_caches(), os.cpu_count(), most)
-    ]
-    return gemm, sizes, levels, {"computed": this_cpu_peak(threads), "add_gflops": adds}
+    caches = cpu_caches()
+    planned = cpu_levels(parts, caches, os.cpu_count(), most)
+    points = sweep_points(parts, max((c for _, c, _ in planned[:-1]), default=MIB), step)
+    found = sweep.levels(planned, points)
+    found[-1] = ("DRAM", math.inf, dram_working_set(found[:-1], most))
+    levels = faster_first([_cpu_level(*level, parts, step) for level in found])
+    record = {"sysfs_caches": [list(c) for c in caches], "sweep": [list(p) for p in points]}
+    record["swept_levels"] = [name for name, capacity, _ in found[:-1] if (name, capacity)
+                              not in {(n, c) for n, c, _ in planned}]  # fmt: skip
+    return gemm, sizes, levels, {
+        "computed": this_cpu_peak(threads), "add_gflops": adds, "found": record,
+    }  # fmt: skip
+
+
+def sweep_points(parts: int, largest_cache: float, step: Step) -> list[tuple[float, float]]:
+    """The bandwidth sweep (`sweep.sweep`) past `largest_cache`, at SCALE."""
+    return sweep.sweep(sweep.sweep_sizes(largest_cache, SCALE), parts, SCALE, step)
+
+
+def faster_first(levels: list[Level]) -> list[Level]:
+    """The levels with each cache that is not faster than the level after it (within
+    LEVEL_SLACK: noise) merged into that one, whose capacity then covers its working sets:
+    a level no faster than the next bounds nothing the next does not."""
+    kept: list[Level] = []
+    for level in levels:
+        while kept and level.gbs > kept[-1].gbs * LEVEL_SLACK:
+            kept.pop()
+        kept.append(level)
+    return kept
 
 
 def _add_peak(parts: int, step: Step) -> float:
@@ -196,8 +265,8 @@ def _add_peak(parts: int, step: Step) -> float:
 
 def cpu_levels(threads: int, caches, cpus: int | None, most: float = math.inf):
     """(name, capacity, working set) per level for a run on `threads`: each cache's size
-    times the instances the threads spread over, working set half of that; then DRAM at
-    DRAM_OVER_CACHE times the last cache (at least DRAM_MIN_BYTES, at most `most`)."""
+    times the instances the threads spread over, working set half of that; then DRAM
+    (`dram_working_set`)."""
     cpus = cpus or threads
     levels: list[tuple[str, float, float]] = []
     for level, size, sharing in caches:
@@ -206,10 +275,16 @@ def cpu_levels(threads: int, caches, cpus: int | None, most: float = math.inf):
         if levels and capacity <= levels[-1][1]:
             continue  # not a larger level for this run
         levels.append((f"L{level}", capacity, capacity / 2))
-    last = levels[-1] if levels else ("", 0, 0)
-    dram = max(DRAM_OVER_CACHE * last[1], DRAM_MIN_BYTES) * SCALE
-    levels.append(("DRAM", math.inf, min(max(dram, 2 * last[2]), most)))
+    levels.append(("DRAM", math.inf, dram_working_set(levels, most)))
     return levels
+
+
+def dram_working_set(caches: list[tuple[str, float, float]], most: float = math.inf) -> float:
+    """DRAM_OVER_CACHE times the last of `caches` (at least DRAM_MIN_BYTES, and twice its
+    working set; at most `most`)."""
+    last = caches[-1] if caches else ("", 0, 0)
+    dram = max(DRAM_OVER_CACHE * last[1], DRAM_MIN_BYTES) * SCALE
+    return min(max(dram, 2 * last[2]), most)
 
 
 def _cpu_level(name: str, capacity: float, working_set: float, parts: int, step: Step):
@@ -275,52 +350,3 @@ def _cuda_level(name: str, capacity: float, working_set: float, device: str, ste
 
         rates.append(_rate(run, device, count * 4 * n * passes / 1e9, flush)[0])
     return Level(name, capacity, working_set, *rates)
-
-
-def nvml_clocks(props) -> dict:
-    """Maximum and current SM and memory clocks (MHz) from NVML; {} when NVML cannot tell."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return {}
-    try:
-        bus = getattr(props, "pci_bus_id", None)
-        if bus is None:
-            return {}
-        domain, slot = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(f"{domain:08X}:{bus:02X}:{slot:02X}.0")
-        clocks = {"source": "NVML"}
-        for label, kind in (("sm", pynvml.NVML_CLOCK_SM), ("memory", pynvml.NVML_CLOCK_MEM)):
-            clocks[f"{label}_max_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(handle, kind)
-            clocks[f"{label}_mhz"] = pynvml.nvmlDeviceGetClockInfo(handle, kind)
-        return clocks
-    except Exception:
-        return {}
-    finally:
-        pynvml.nvmlShutdown()
-
-
-# Dense (no sparsity) tensor-core and FP32 TFLOP/s and memory TB/s, from NVIDIA's data
-# sheets; the pattern is matched against torch's device name, lowercased.
-DATASHEETS = (
-    (r"\bh200\b(?!.*\bnvl\b)", "H200 SXM", 67.0, 494.7, 989.4, 989.4, 4.8),
-    (r"\bh100\b.*\bpcie\b", "H100 PCIe", 51.2, 378.0, 756.0, 756.0, 2.0),
-    (r"\bh100\b.*(sxm|\bhbm3\b)", "H100 SXM", 67.0, 494.7, 989.4, 989.4, 3.35),
-    (r"\ba100\b.*\bsxm.*80gb", "A100 SXM 80GB", 19.5, 156.0, 312.0, 312.0, 2.039),
-    (r"\ba100\b.*\bsxm.*40gb", "A100 SXM 40GB", 19.5, 156.0, 312.0, 312.0, 1.555),
-)
-
-
-def datasheet(name: str) -> dict | None:
-    """The vendor's peaks for a GPU named `name` ("NVIDIA H100 80GB HBM3"); None if unknown."""
-    for pattern, product, *values in DATASHEETS:
-        if re.search(pattern, name.lower()):
-            keys = ("fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops", "memory_tbs")
-            return {
-                "product": product,
-                **dict(zip(keys, values, strict=True)),
-                "source": "vendor datasheet",
-            }
-    return None

@@ -15,6 +15,12 @@ named "compute" when the fusable flops take most of that time, "adds" otherwise.
 
 A whole call of several stages, each under its own bound, is measured against the time its
 stages would take if each ran at its bound (`call_throughput`).
+
+A share above 100 % is no result but a sign that one of the model's inputs is wrong, so the
+row says so (`over_bound`) with the likely causes: ceilings measured on a busy host (they
+read low), a working set that fits a faster level than the one judged (the levels' reach is
+measured, but a stage's reuse is not), or a cost model that counts more work than the
+kernel does.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ def throughput(
         achieved = fields["gbs_alg"]
     fields["bound"] = bound
     fields["bound_pct"] = 100.0 * achieved / attainable if attainable else None
+    fields["over_bound"] = over_bound(fields["bound_pct"], bound, ceilings)
     return fields
 
 
@@ -116,8 +123,29 @@ def call_throughput(
         if not (f or b):
             continue
         bound, rate = bound_of(f, b, working_set, ceilings, dtype, other)
+        if not rate > 0 or rate == float("inf"):
+            continue  # no ceiling to set it against
         work = f if f else b  # flops at GFLOP/s, or bytes at GB/s
         least_ms[bound] = least_ms.get(bound, 0.0) + work / rate / 1e6
+    if not least_ms:
+        return fields
     fields["bound"] = max(least_ms, key=least_ms.get)
     fields["bound_pct"] = 100.0 * sum(least_ms.values()) / ms
+    fields["over_bound"] = over_bound(fields["bound_pct"], fields["bound"], ceilings)
     return fields
+
+
+def over_bound(pct: float | None, bound: str, ceilings: Ceilings) -> str:
+    """ "" when `pct` of `bound` is at most 100; else the likely causes, most likely first
+    (module docstring)."""
+    if pct is None or pct <= 100.0:
+        return ""
+    causes = []
+    if ceilings.provisional:
+        causes.append("ceilings measured under load (provisional)")
+    names = [level.name for level in ceilings.levels]
+    if bound in names[1:]:
+        faster = names[names.index(bound) - 1]
+        causes.append(f"working set fits a faster level than {bound} ({faster})")
+    causes.append("cost model overcounts the work")
+    return f"{pct:.0f}% of {bound}: " + "; or ".join(causes)

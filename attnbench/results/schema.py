@@ -86,6 +86,7 @@ class Row:
     intensity_alg: float | None = None
     bound: str = ""
     bound_pct: float | None = None
+    over_bound: str = ""  # bound_pct above 100: the likely cause (measure.roofline); else ""
     case_id: str = ""  # stable hash of the case, made by the runner
     # filled in by ResultSink from the environment record
     fingerprint: str = ""

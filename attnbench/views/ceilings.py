@@ -9,6 +9,8 @@ import math
 from rich.markup import escape
 from rich.table import Table
 
+from attnbench.measure.busy import describe
+
 
 def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
     """A machine's ceilings (`measure.ceilings.Ceilings`): GEMM peak and add rate per dtype,
@@ -18,6 +20,7 @@ def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
     title = f"attnbench machine: {ceilings.device_name} ({ceilings.device}, "
     threads = f"{ceilings.threads} thread" + ("" if ceilings.threads == 1 else "s")
     table = Table(title=escape(f"{title}{threads})"))
+    table.caption = escape(provisional_note(ceilings) or "")
     for column in ("ceiling", "value", "basis"):
         table.add_column(column, justify="right" if column == "value" else "left")
     for dtype, gflops in ceilings.gemm_gflops.items():
@@ -27,9 +30,14 @@ def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
         basis = "8-lane adds in registers: the peak of work with no multiply to fuse"
         table.add_row(f"vector adds {dtype}", _flops(gflops), basis)
     table.add_section()
+    sysfs = {f"L{level}": size for level, size, _ in ceilings.provenance.get("sysfs_caches", [])}
+    swept = set(ceilings.provenance.get("swept_levels", []))
     for level in ceilings.levels:
         held = "beyond the caches" if math.isinf(level.capacity) else f"of {_size(level.capacity)}"
         basis = f"working set {_size(level.working_set)} {held}"
+        if level.name in swept:
+            said = sysfs.get(level.name)
+            basis += " (bandwidth sweep" + (f"; sysfs: {_size(said)} a cache)" if said else ")")
         table.add_row(f"{level.name} copy", f"{level.copy_gbs:,.1f} GB/s", basis)
         table.add_row(f"{level.name} triad", f"{level.triad_gbs:,.1f} GB/s", basis)
     measured = ceilings.gemm_gflops.get("float32")
@@ -37,8 +45,21 @@ def ceilings_table(ceilings, cache_file: str | None = None) -> Table:
     _gpu_rows(table, ceilings, measured)
     table.add_section()
     table.add_row("fingerprint", ceilings.fingerprint, f"measured {ceilings.measured_at}")
+    if ceilings.provenance:
+        state = "provisional" if ceilings.provisional else "final"
+        table.add_row("measured under", state, escape(describe(ceilings.provenance)))
     table.add_row("cache file", "", escape(cache_file) if cache_file else "not written")
     return table
+
+
+def provisional_note(ceilings) -> str | None:
+    """The line a table from provisional ceilings carries; None for final ones."""
+    if ceilings is None or not ceilings.provisional:
+        return None
+    return (
+        f"ceilings provisional: measured on a busy host ({ceilings.provenance.get('busy')}), "
+        "so they read low and % of bound reads high; measured again on the next quiet run"
+    )
 
 
 def _computed_rows(table: Table, computed: dict, measured: float | None) -> None:
@@ -46,18 +67,20 @@ def _computed_rows(table: Table, computed: dict, measured: float | None) -> None
     if not computed:
         return
     table.add_section()
-    clocks = computed.get("clock_sources_ghz", {})
-    source = next((k for k, v in clocks.items() if v and v == computed["clock_ghz"]), None)
+    clocks = computed.get("clock_sources_ghz") or {}
+    ghz = computed.get("clock_ghz")
+    source = next((k for k, v in clocks.items() if v and v == ghz), None)
     where = {"cpu_mhz": "cpu MHz", "cpufreq_max": "cpufreq max"}.get(source, source)
-    clock = f"{computed['clock_ghz']:.2f} GHz ({where})" if source else "no clock known"
+    clock = f"{ghz:.2f} GHz ({where})" if source else "no clock known"
     assumed = " (assumed)" if computed.get("fma_units_assumed") else ""
+    part = {k: computed.get(k, "?") for k in ("cores_used", "fp32_lanes", "simd", "fma_units")}
     basis = (
-        f"{computed['cores_used']} cores x {computed['fp32_lanes']} lanes "
-        f"({computed['simd']}) x {computed['flops_per_fma']} (FMA) x "
-        f"{computed['fma_units']} FMA units{assumed} x {clock}"
+        f"{part['cores_used']} cores x {part['fp32_lanes']} lanes ({part['simd']}) x "
+        f"{computed.get('flops_per_fma', 2)} (FMA) x {part['fma_units']} FMA units{assumed} "
+        f"x {clock}"
     )
     peak = computed.get("gflops_fp32")
-    table.add_row("computed fp32 peak", _flops(peak) if peak else "-", basis)
+    table.add_row("computed fp32 peak", _flops(peak) if peak else "-", escape(basis))
     if peak and measured:
         table.add_row("GEMM float32 / computed", f"{measured / peak:.0%}", "measured over computed")
 

@@ -34,7 +34,7 @@ def roofline_figure(rows: pd.DataFrame, env: dict | None):
         raise UsageError("no stage has both a cost model and a time to plot")
     dtype = str(points["dtype"].iloc[0])
     fig, axes = new_figure(1, "attnbench profile: roofline", case_parts(points)[0])
-    fig.set_size_inches(9, 6.5)
+    fig.set_size_inches(11, 6.5)
     ax = axes[0]
     lo = min(points["intensity_alg"].min() / 4, 0.05)
     hi = max(points["intensity_alg"].max() * 4, 200.0)
@@ -48,7 +48,7 @@ def roofline_figure(rows: pd.DataFrame, env: dict | None):
     if adds:
         ax.axhline(adds, color="black", lw=1, ls=(0, (6, 2)))
         ax.annotate(f"vector adds {dtype}, measured: {adds:.0f} GFLOP/s (no multiply to fuse)",
-                    (hi, adds), xytext=(-4, -3), textcoords="offset points", ha="right",
+                    (lo, adds), xytext=(4, -3), textcoords="offset points", ha="left",
                     va="top", fontsize=8)  # fmt: skip
     computed = ceilings.computed.get("gflops_fp32")
     if computed and dtype == "float32":
@@ -64,14 +64,12 @@ def roofline_figure(rows: pd.DataFrame, env: dict | None):
     stages = list(dict.fromkeys(points.loc[points["stage"] != "", "stage"]))
     for r in points.itertuples():
         whole = r.stage == ""
-        marker = "*" if whole else STAGE_MARKERS[stages.index(r.stage) % len(STAGE_MARKERS)]
+        marker = "*" if whole else _marker(stages, r.stage)
         ax.scatter(r.intensity_alg, r.gflops_alg, color=colours[r.backend], marker=marker,
                    s=140 if whole else 45, edgecolor="black", lw=0.5, zorder=3)  # fmt: skip
-        text = f"{backend_label(r.backend)} n={r.seq}" if whole else r.stage
-        ax.annotate(text, (r.intensity_alg, r.gflops_alg), xytext=(4, 3),
-                    textcoords="offset points", fontsize=7, color=colours[r.backend])  # fmt: skip
     for backend, colour in colours.items():
         ax.scatter([], [], color=colour, marker="o", label=backend_label(backend))
+    _stage_legend(ax, stages, points)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -86,6 +84,29 @@ def roofline_figure(rows: pd.DataFrame, env: dict | None):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     return fig
+
+
+def _marker(stages: list[str], stage: str) -> str:
+    return STAGE_MARKERS[stages.index(stage) % len(STAGE_MARKERS)]
+
+
+def _stage_legend(ax, stages: list[str], points: pd.DataFrame) -> None:
+    """What each mark is, in a legend of its own outside the axes (right) rather than a
+    label beside each point: stages of several backends sit close together, and their
+    labels overlap. Each backend's whole call is named with its length."""
+    from matplotlib.lines import Line2D
+
+    def mark(marker: str, label: str, size: float = 6) -> Line2D:
+        return Line2D([], [], ls="", marker=marker, markersize=size, color="white",
+                      markeredgecolor="black", label=label)  # fmt: skip
+
+    lengths = points.loc[points["stage"] == "", "seq"]
+    whole = "whole call" + (f" (n={int(lengths.max())})" if len(lengths) else "")
+    handles = [mark("*", whole, 10), *(mark(_marker(stages, s), s) for s in stages)]
+    legend = ax.legend(handles=handles, fontsize=7, loc="upper left", title="mark",
+                       title_fontsize=7, bbox_to_anchor=(1.01, 1.0),
+                       borderaxespad=0.0)  # fmt: skip
+    ax.add_artist(legend)  # the next legend() call would replace it
 
 
 def _points(rows: pd.DataFrame) -> pd.DataFrame:
