@@ -18,6 +18,7 @@ import sys
 import textwrap
 import time
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -146,6 +147,26 @@ def test_a_killed_worker_costs_only_the_unfinished_cases_of_its_group(ray_cluste
     ray_idle()
 
 
+def test_a_killed_worker_is_restarted_and_takes_the_later_groups(ray_cluster):
+    """One worker (two CPUs): the groups after the killed one are measured, by its restart."""
+
+    def case(backend, n):
+        settings = {"kill": True} if (backend, n) == ("sdpa", 32) else {}
+        return Case("test", get_backend(backend), Inputs("random", 1, 1, 4), n, None, 1, 1, 4,
+                    "float32", "cpu", settings=settings)  # fmt: skip
+
+    cases = [case(b, n) for n in (16, 32, 48, 64) for b in ("sdpa", "softmax")]
+    pool = partial(RayPool, cluster=Cluster(ray, None, started=False), cpus_per_worker=2)
+    sweep = runner.run(Cases(cases, Measure(killed_on, "total")), executor=pool)
+    rows = {(r.backend.split(":")[0], r.seq): r for case_rows in sweep for r in case_rows}
+    crashed = {key for key, row in rows.items() if row.status == "crashed"}
+    assert crashed == {("sdpa", 32), ("softmax", 32)}  # the cases that were running on it
+    assert all(rows[key].status == "ok" for key in rows.keys() - crashed)
+    before, after = rows["sdpa", 16].worker, rows["sdpa", 48].worker
+    assert before.startswith("ray-0/") and after.startswith("ray-0/") and before != after
+    ray_idle()
+
+
 def ray_idle(timeout_s: float = 60.0) -> None:
     """Wait until the pool's workers are gone and their CPUs free again."""
     deadline = time.monotonic() + timeout_s
@@ -262,3 +283,80 @@ def test_workers_that_cannot_start_are_one_error_before_any_case(ray_cluster):
     with pytest.raises(UsageError, match="no worker could start.*plugin_of_this_machine"):
         next(iter(sweep))
     ray_idle()
+
+
+# ------------------------------------------------------------------ the run's own local cluster
+
+LONG = ["time", "--seq", "256,512,1024,2048", "--heads", "1", "--dim", "8", "--threads", "1",
+        "--backends", "softmax,sdpa", "--rounds", "5", "--min-time", "1", "--device", "cpu",
+        "--executor", "ray", "--cpus-per-worker", "1"]  # fmt: skip
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes started by `pid`, its children's children included."""
+    children: dict[int, list[int]] = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(stat[1]), []).append(int(name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def running(pids: set[int]) -> set[int]:
+    """Those of `pids` still running (a zombie has ended)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+def cluster_started_by(proc: subprocess.Popen, timeout_s: float = 50.0) -> set[int]:
+    """The processes of the run's cluster, once a Ray worker of the run measures."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = descendants(proc.pid)
+        names = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in running(pids)]
+        if any(name.startswith(b"ray::Worker") for name in names):
+            return pids
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    pytest.fail("no Ray worker started")
+
+
+def assert_gone(pids: set[int], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while running(pids):
+        assert time.monotonic() < deadline, f"outlived the run: {sorted(running(pids))}"
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_ray_run_leaves_no_ray_process(tmp_path, sig):
+    """SIGTERM: exit 143 and one line; SIGKILL: nothing to say, but nothing left either."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    args = [sys.executable, "-m", "attnbench", *LONG, "--csv", str(tmp_path / "r.csv")]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        cluster = cluster_started_by(proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=50)
+    finally:
+        proc.kill()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, err[-2000:]
+        assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert_gone(cluster)

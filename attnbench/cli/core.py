@@ -15,7 +15,7 @@ from rich.console import Console
 from typer.core import TyperGroup, TyperOption
 
 from attnbench.errors import UsageError
-from attnbench.results.interrupts import Terminated, sigterm_as_interrupt
+from attnbench.results.interrupts import Terminated, announce_interrupt, sigterm_as_interrupt
 
 console = Console(width=None if sys.stdout.isatty() else 140)  # no wrapping in logs
 progress_console = Console(stderr=True)
@@ -40,12 +40,12 @@ class OneLineErrors(TyperGroup):
             with sigterm_as_interrupt() as sigterm:
                 code = super().main(*args, standalone_mode=False, **kwargs)
             if code == 130:  # typer turns Ctrl-C into exit code 130 without a word
-                typer.echo("interrupted", err=True)
+                announce_interrupt()
                 code = 143 if sigterm.received else 130  # 128 + SIGTERM, as a shell reports
         except UsageError as exc:
             code = _one_line_error(str(exc))
         except (typer.Abort, KeyboardInterrupt) as exc:
-            typer.echo("interrupted", err=True)
+            announce_interrupt()
             code = 143 if isinstance(exc, Terminated) else 130
         except Exception as exc:
             if not hasattr(exc, "format_message"):  # not an option-parsing error: a real bug

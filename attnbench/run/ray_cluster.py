@@ -4,22 +4,96 @@ holds, planned into workers, and left as it was found.
 Ray is imported here only when `--executor ray` is used, so attnbench runs without it. An
 address that does not answer is a user error before any work: Ray itself would retry for
 minutes.
+
+A local cluster started for the run ends with it, however the run ends: every process Ray
+starts carries a mark in its environment, and a watchdog started before Ray kills every
+marked process once the run has closed the cluster or died (even by SIGKILL, which Ray's
+own agents outlive by a minute). While Ray starts the cluster its SIGTERM handler (stop the
+cluster, exit 1) stands in for the run's; that exit becomes the run's interrupt, and the
+run's handlers are back once Ray is up.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
+import signal
 import socket
+import subprocess
+import sys
+import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from attnbench.errors import UsageError
 from attnbench.measure import is_cuda
+from attnbench.results.interrupts import Terminated
 
 INSTALL = "pip install 'attnbench[ray]'"
 PROBE_S = 5.0  # how long the head may take to accept a connection
 PORTS = {"": 6379, "ray": 10001}  # the head's default port: the GCS, or Ray Client's
+MARK = "ATTNBENCH_RAY_RUN"  # the environment variable marking the processes of a run's cluster
+WATCHDOG_S = 30.0  # the longest the watchdog goes on killing marked processes
+
+# The watchdog: stdlib only, its own session (a Ctrl-C at the terminal is not for it). Its
+# stdin is a pipe from the run: end of file means the run closed the cluster or died. Until
+# then it notes the run's descendants each second; after, it kills them and every marked
+# process, until three scans in a row find none (a process's environment can read empty).
+WATCHDOG = """
+import os, select, signal, sys, time
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
+mark, run, limit = sys.argv[1].encode(), int(sys.argv[2]), float(sys.argv[3])
+
+def table():
+    procs = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if fields[0] != b"Z":
+                procs[int(name)] = (int(fields[1]), fields[19])
+        except (OSError, IndexError, ValueError):
+            pass
+    return procs
+
+def below(roots, procs):
+    found, todo = set(), list(roots)
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, _) in procs.items():
+            if ppid == parent and pid not in found:
+                found.add(pid)
+                todo.append(pid)
+    return found
+
+def marked(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as env:
+            return mark in env.read().split(b"\\0")
+    except OSError:
+        return False
+
+seen = {}
+while True:
+    procs = table()
+    seen.update({pid: procs[pid][1] for pid in below([run], procs)})
+    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
+        break
+deadline, quiet = time.monotonic() + limit, 0
+while quiet < 3 and time.monotonic() < deadline:
+    procs = table()
+    ours = {p for p, (_, start) in procs.items() if seen.get(p) == start or marked(p)}
+    ours = (ours | below(ours, procs)) - {os.getpid(), run}
+    for pid in ours:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    quiet = 0 if ours else quiet + 1
+    time.sleep(0.2)
+"""
 
 
 def import_ray():
@@ -48,8 +122,11 @@ class Cluster:
     """A connection to a Ray cluster; `close()` disconnects, and stops the cluster if this
     run started it. Ray already initialised in this process is used as it is."""
 
-    def __init__(self, ray, address: str | None, started: bool):
+    def __init__(
+        self, ray, address: str | None, started: bool, watchdog: subprocess.Popen | None = None
+    ):
         self.ray, self.address, self.started = ray, address, started
+        self.watchdog = watchdog
 
     @property
     def has_gpus(self) -> bool:
@@ -64,8 +141,11 @@ class Cluster:
         return plan_workers(self.nodes(), device, cpus_per_worker, threads)
 
     def close(self) -> None:
-        if self.started and self.ray.is_initialized():
-            self.ray.shutdown()
+        try:
+            if self.started and self.ray.is_initialized():
+                self.ray.shutdown()
+        finally:
+            _release(self.watchdog)
 
 
 def connect(address: str | None) -> Cluster:
@@ -80,16 +160,64 @@ def connect(address: str | None) -> Cluster:
         _probe(address)
     # the run's own output only: Ray's log lines and the workers' output stay in Ray's logs
     quiet = dict(logging_level=logging.ERROR, log_to_driver=False)
+    watchdog = _watchdog() if local and sys.platform.startswith("linux") else None
+    handlers = _handlers()
     try:
         if local:
             ray.init(address=address, include_dashboard=False, **quiet)
         else:
             ray.init(address=address, **quiet)
+    except SystemExit:  # Ray's SIGTERM handler, while it started the cluster, then stopped it
+        _release(watchdog)
+        raise Terminated from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
+        _release(watchdog)
         what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         where = "a local Ray cluster" if local else f"the Ray cluster at {address}"
         raise UsageError(f"--ray-address: cannot reach {where} ({what})") from None
-    return Cluster(ray, address, started=True)
+    except BaseException:
+        _release(watchdog)
+        raise
+    finally:
+        os.environ.pop(MARK, None)
+        _restore(handlers)
+    return Cluster(ray, address, started=True, watchdog=watchdog)
+
+
+def _watchdog() -> subprocess.Popen:
+    """Start the watchdog and mark this process's environment, which every process Ray
+    starts from now on inherits, with this run's token."""
+    token = f"{os.getpid()}-{secrets.token_hex(8)}"
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", WATCHDOG, f"{MARK}={token}", str(os.getpid()), str(WATCHDOG_S)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    os.environ[MARK] = token
+    return watchdog
+
+
+def _release(watchdog: subprocess.Popen | None) -> None:
+    """Let the watchdog kill what is left of the cluster, and wait until it has."""
+    if watchdog is None or watchdog.stdin.closed:
+        return
+    watchdog.stdin.close()
+    try:
+        watchdog.wait(WATCHDOG_S + 5)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+
+
+def _handlers() -> dict | None:
+    """This process's SIGINT and SIGTERM handlers (None outside the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(handlers: dict | None) -> None:
+    for sig, handler in (handlers or {}).items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _probe(address: str) -> None:

@@ -177,7 +177,7 @@ class _Dispatch:
         except errors.RayError as exc:  # the worker's process died
             yield from self._lose(worker, "crashed", f"Ray worker died ({_first_line(exc)})")
             self._free(worker)
-            worker.answer = worker.actor.where.remote()  # ready again once Ray restarted it
+            worker.answer = _restarted(worker.actor)
             return
         node = worker.placement.node
         for place, rows in results:
@@ -204,6 +204,13 @@ class _Dispatch:
                 row = status_row(case, self.measure, "crashed", reason)
                 yield index, place, here("local", case.device).stamp([row])
         self.queue.clear()
+
+
+def _restarted(actor):
+    """The answer of `where()` from the actor Ray restarts. Sent at once, the call can reach
+    the dead process before Ray has seen it die; retried, it waits for the restart (an
+    actor that cannot restart fails it all the same, and leaves the pool)."""
+    return actor.where.options(max_task_retries=-1).remote()
 
 
 def _first_line(exc: BaseException) -> str:
