@@ -14,6 +14,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, models, overload, register_model
 
+from attnbench.kernels.compiling import report_compiles
+
+report_compiles()  # before a kernel built on these can compile: say when one does
+
 _LANES = 8
 _F32 = ir.FloatType()
 _V8 = ir.VectorType(_F32, _LANES)

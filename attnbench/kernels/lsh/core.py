@@ -14,6 +14,9 @@ import math
 from numba import float32, njit
 
 from attnbench.kernels.caches import core_cache
+from attnbench.kernels.compiling import report_compiles
+
+report_compiles()  # before any kernel of this package can compile: say when one does
 
 # Longest fast-hash transform a CUDA block keeps per row in shared memory (d <= 1024).
 MAX_PADDED_DIM = 1024

@@ -29,6 +29,10 @@ import math
 import numpy as np
 from numba import float32, int32, int64, njit, uint64
 
+from attnbench.kernels.compiling import report_compiles
+
+report_compiles()  # before any kernel of this package can compile: say when one does
+
 # Longest match list: CUDA threads keep theirs in local arrays of this size.
 MAX_KAPPA = 32
 MASK32 = 0xFFFFFFFF
