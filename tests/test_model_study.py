@@ -175,6 +175,41 @@ def test_the_search_is_reported_while_it_runs(monkeypatch):
     assert any("batch 4 fits, trying 5" in text for text in seen)
 
 
+@pytest.mark.parametrize(
+    ("samples", "wait", "stable"),
+    [
+        ([10.0, 10.2, 9.9, 10.1], 0.0, True),
+        ([10.0, 15.0, 7.0, 12.0], 0.0, False),  # spread above 10 %
+        ([10.0, 10.2, 9.9, 10.1], 0.3, False),  # steady, but waiting for a CPU
+        ([10.0], None, None),  # one step: no spread to judge
+        ([10.0], 0.3, False),
+    ],
+)
+def test_stability_is_judged_as_the_time_study_judges_it(samples, wait, stable):
+    verdict = study.stability(samples, {"cpu_wait": wait}, max_spread=0.10)
+    assert verdict["stable"] is stable
+    assert verdict["conditions"] == {"cpu_wait": wait}
+    assert (verdict["spread"] is None) == (len(samples) == 1)
+
+
+def test_time_rows_carry_spread_conditions_and_a_verdict(monkeypatch):
+    """Noisy step times read `ok` and made the time per instance fall with n in one run."""
+    monkeypatch.setattr(study, "step_bytes", lambda _, batch: (batch, "fake"))
+    rows = [r for rs in runner.run(spec(steps=3, memory_budget=2**20)) for r in rs]
+    by = {r.metric: r for r in rows}
+    for metric in ("time_per_instance_ms", "step_ms"):
+        assert isinstance(by[metric].stable, bool) and by[metric].spread >= 0
+        assert {"cpu_wait", "load_before", "load_after"} <= set(by[metric].conditions)
+    for metric in ("batch", "peak_mib", "peak_mib_per_instance"):
+        assert by[metric].stable is None and by[metric].spread is None
+
+
+def test_max_spread_is_a_setting_only_when_not_the_default():
+    """Case ids of runs made before the verdict existed stay the same, so they resume."""
+    assert "max_spread" not in spec().cases[0].settings
+    assert spec(max_spread=0.25).cases[0].settings["max_spread"] == 0.25
+
+
 def invoke(*args):
     return CliRunner().invoke(cli.app, [str(a) for a in args])
 
@@ -197,6 +232,21 @@ def test_cli_writes_csv_table_and_plot(tmp_path):
     assert invoke("plot", csv, "-o", tmp_path / "again.svg").exit_code == 0
 
 
+def test_cli_marks_noisy_steps_unstable_in_the_table_the_csv_and_a_warning(tmp_path, monkeypatch):
+    steps = iter([10.0, 20.0, 5.0] * 10)
+    monkeypatch.setattr(study, "_timed_step", lambda *_: next(steps))
+    csv = tmp_path / "m.csv"
+    args = ["model", "--seq", "16", "--backends", "softmax", *TINY_ARGS, "--steps", "3"]
+    result = invoke(*args, "--max-batch", "2", "--warmup", "0", "--csv", csv)
+    assert result.exit_code == 0, result.output
+    assert "unstable" in result.stdout
+    assert "warning: 1 case(s) unstable" in result.stderr and "more --steps" in result.stderr
+    df = pd.read_csv(csv)
+    timed = df[df["metric"].isin(["time_per_instance_ms", "step_ms"])]
+    assert not timed["stable"].astype(bool).any() and (timed["spread"] > 0.1).all()
+    assert "cpu_wait" in df
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -209,6 +259,7 @@ def test_cli_writes_csv_table_and_plot(tmp_path):
         (["--layers", "0"], "--layers"),
         (["--backends", "nope"], "unknown backend"),
         (["--seq", "0"], "--seq"),
+        (["--max-spread", "lots"], "--max-spread"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(args, needle):

@@ -349,6 +349,24 @@ def test_model_figure_says_whether_the_batch_was_capped(monkeypatch, tmp_path, r
     assert words in title
 
 
+def test_model_figure_draws_an_unstable_time_hollow_and_names_it(monkeypatch, tmp_path):
+    """A noise-dominated step time drawn like a clean one made time per instance seem to
+    fall with n."""
+    rows = [
+        _row("model", "sdpa", seq, metric, seq / 10.0, mode="train",
+             stable=None if metric == "peak_mib_per_instance" else seq != 1024)
+        for seq in (512, 1024)
+        for metric in ("time_per_instance_ms", "peak_mib_per_instance")
+    ]  # fmt: skip
+    fig = _figure_of(monkeypatch, tmp_path, rows)
+    time_panel, memory_panel = fig.axes[:2]
+    hollow = [ln for ln in time_panel.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert [list(ln.get_xdata()) for ln in hollow] == [[1024]]
+    assert not [ln for ln in memory_panel.get_lines() if ln.get_markerfacecolor() == "white"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(text.startswith("hollow: flagged unstable") for text in legend)
+
+
 def test_error_table_leaves_out_magnitude_errors_of_unit_row_backends():
     """YOSO's relative Frobenius and max-abs errors were printed as if they measured it."""
     from rich.console import Console

@@ -1,7 +1,5 @@
 """`attnbench time` and `attnbench model`: what a backend costs, alone and in a model."""
 
-from functools import partial
-
 import typer
 
 from attnbench.cli import core, options, shared
@@ -65,9 +63,13 @@ def time_cmd(
         min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
         rounds=rounds, gpus=at.gpus,
     )  # fmt: skip
+    from attnbench.views.ceilings import provisional_note
     from attnbench.views.tables import time_table
 
-    table = partial(time_table, baseline=spec.baseline.spec, max_spread=spec.max_spread)
+    def table(frame):  # run_timed has set spec.ceilings by the time it prints
+        note = provisional_note(spec.ceilings)
+        return time_table(frame, spec.baseline.spec, spec.max_spread, note)
+
     run_timed(spec, threads, at, resume, csv, json, plot, False, table)
 
 
@@ -167,6 +169,7 @@ def model_cmd(
         None, help="memory a step may use, e.g. 4GiB or 512MiB (default: 80% of what is free)"
     ),
     max_batch: int = typer.Option(64, help="the largest batch the search tries"),
+    max_spread: options.MaxSpread = "10%",
     device: options.Device = "auto",
     seed: options.Seed = 0,
     threads: options.Threads = None,
@@ -191,6 +194,7 @@ def model_cmd(
         check_threads,
         non_negative,
         parse_bytes,
+        parse_fraction,
         parse_sizes,
         positive,
         resolve_device,
@@ -220,14 +224,19 @@ def model_cmd(
         max_batch=positive(max_batch, "--max-batch", MAX_BATCH),
         device=resolve_device(device, at.gpus),
         seed=seed,
+        max_spread=parse_fraction(max_spread, "--max-spread"),
     )
     csv, json, plot = shared.outputs(csv, json, plot)
     from attnbench.measure.env import environment
     from attnbench.results.schema import rows_frame
-    from attnbench.views.tables import model_table
+    from attnbench.views.tables import model_table, unstable_warning
 
     threads = shared.set_threads(threads)
     sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
     rows = shared.run_study(spec, sink, at, asked if at.pooled else threads)
-    core.console.print(model_table(rows_frame(rows)))
+    frame = rows_frame(rows)
+    core.console.print(model_table(frame))
+    warning = unstable_warning(frame, spec.max_spread, "time_per_instance_ms", "more --steps")
+    if warning:
+        typer.echo(warning, err=True)
     shared.finish(sink, rows, plot)

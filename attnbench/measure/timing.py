@@ -75,8 +75,8 @@ class Timing:
         noise within them."""
         rounds = [r for r in split(self.samples_ms, self.round_sizes) if len(r) > 1]
         if len(self.round_sizes) > 1 and rounds:
-            return float(np.median([_spread(r) for r in rounds]))
-        return _spread(self.samples_ms)  # no rounds, or none with two samples to compare
+            return float(np.median([sample_spread(r) for r in rounds]))
+        return sample_spread(self.samples_ms)  # no rounds, or none with two samples to compare
 
     @property
     def stable(self) -> bool:
@@ -88,7 +88,8 @@ class Timing:
         return 1 + self.warmup_calls + self.extra_calls + len(self.samples_ms) * self.loops
 
 
-def _spread(samples: list[float]) -> float:
+def sample_spread(samples: list[float]) -> float:
+    """IQR / median of `samples`: 0 for identical ones, inf for a spread around a zero median."""
     q25, median, q75 = np.percentile(samples, [25, 50, 75])
     if median > 0:
         return float((q75 - q25) / median)

@@ -19,6 +19,12 @@ reported is the one the search measured at the chosen batch, the measurement tha
 it, not a second one: a step's peak varies between runs, and a new measurement could
 contradict "the largest batch that fits".
 
+The two time rows carry the verdict the `time` study gives its cases: `spread` (IQR / median
+of the step times), the host's conditions around the timed steps (CPU wait, load, clock) and
+`stable`, false when the spread is above `max_spread` or the threads waited for a CPU, since
+a noisy or starved step time can make the time per instance fall with n in one run; None
+(not judged) for a single step, which has no spread.
+
 Invariants: a row's `time_per_instance_ms` is its `step_ms` / batch and its
 `peak_mib_per_instance` is its `peak_mib` / batch; `peak_mib` is within the memory budget;
 backends without a backward pass are skipped with that reason (the case's mode is "train").
@@ -38,8 +44,9 @@ from torch import nn
 
 from attnbench.backends import Backend
 from attnbench.inputs import Inputs
-from attnbench.measure import is_cuda
+from attnbench.measure import DEFAULT_MAX_SPREAD, conditions, is_cuda
 from attnbench.measure.memory import available_bytes, peak_memory
+from attnbench.measure.timing import sample_spread
 from attnbench.nn.encoder import Block, ModelConfig
 from attnbench.results.schema import Row
 from attnbench.run.case import Case
@@ -199,6 +206,7 @@ class ModelSpec(Study):
     max_batch: int = 64
     device: str = "cpu"
     seed: int = 0
+    max_spread: float = DEFAULT_MAX_SPREAD  # IQR / median above this marks a case unstable
     report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -208,13 +216,16 @@ class ModelSpec(Study):
     @property
     def cases(self) -> list[Case]:
         """Every backend at every length; `batch` 1 is the smallest a case can use (the
-        rows give the batch found)."""
+        rows give the batch found). `max_spread` is a setting only when not the default, so
+        the case ids of runs made before it existed stay as they were."""
         config = self.config
         settings = {
             "layers": config.layers, "width": config.width, "hidden": config.hidden,
             "vocab": config.vocab, "steps": self.steps, "warmup": self.warmup,
             "memory_budget": self.memory_budget, "max_batch": self.max_batch,
         }  # fmt: skip
+        if self.max_spread != DEFAULT_MAX_SPREAD:
+            settings["max_spread"] = self.max_spread
         inputs = Inputs("random", 1, config.heads, config.head_dim)
         return [
             Case(
@@ -247,7 +258,8 @@ def measure(
 ) -> list[Row]:
     """The largest batch within the budget, then the mean of `steps` timed training steps
     after `warmup` untimed ones; the peak is the search's at that batch, so never above the
-    budget. Per-instance time and memory are per batch element."""
+    budget. Per-instance time and memory are per batch element. The search runs the step
+    first, so a kernel's compilation never falls in the timed steps, even with no warm-up."""
     report = report or (lambda _: None)
     settings = case.settings
     release_memory(case.device)  # the earlier cases' cached blocks count as free
@@ -265,22 +277,39 @@ def measure(
     ids, targets = trainer.batch(batch)
     for _ in range(settings["warmup"]):
         trainer.step(ids, targets)
+    before = conditions.snapshot(case.device)
     samples = [_timed_step(trainer, ids, targets) for _ in range(settings["steps"])]
+    around = conditions.case_conditions(before, conditions.snapshot(case.device))
     trainer.release()
     total = fit.measured[batch]  # what admitted the batch: within the budget by construction
     note = f"batch capped at --max-batch {batch}" if batch == settings["max_batch"] else ""
-    return model_rows(case, batch, samples, total, fit.method, budget, note)
+    verdict = stability(samples, around, settings.get("max_spread", DEFAULT_MAX_SPREAD))
+    return model_rows(case, batch, samples, total, fit.method, budget, note, verdict)
+
+
+def stability(samples_ms: list[float], around: dict, max_spread: float) -> dict:
+    """The time rows' `stable`, `spread` and `conditions`, judged as the `time` study judges
+    a case: unstable when the spread is above `max_spread` or the threads waited for a CPU
+    (steady steps of a starved process are steadily slow); not judged (None) on one step."""
+    spread = sample_spread(samples_ms) if len(samples_ms) > 1 else None
+    if conditions.contended(around):
+        stable = False
+    else:
+        stable = None if spread is None else spread <= max_spread
+    return {"stable": stable, "spread": spread, "conditions": around}
 
 
 def model_rows(
     case: Case, batch: int, samples_ms: list[float], peak_bytes: int, method: str,
-    budget: int, note: str = "",
+    budget: int, note: str = "", verdict: dict | None = None,
 ) -> list[Row]:  # fmt: skip
-    """The case's rows from a batch, its step times and its step's total peak memory."""
+    """The case's rows from a batch, its step times and its step's total peak memory; the
+    two time rows carry `verdict` (`stability`)."""
     step = float(np.mean(samples_ms))
     p10, p90 = (float(np.percentile(samples_ms, q)) for q in (10, 90))
     timer = "cuda-synchronize" if is_cuda(case.device) else "perf_counter_ns"
     timed = dict(count=len(samples_ms), method=f"{timer}, mean of steps", reason=note)
+    timed |= verdict or {}
     search = f"largest batch within {budget / MIB:.0f} MiB (doubling, bisection)"
     rows = [
         case_row(

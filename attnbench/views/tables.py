@@ -21,11 +21,14 @@ from attnbench.results.schema import CONDITION_KEYS
 from attnbench.views.labels import backend_label
 
 
-def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
+def time_table(
+    frame: pd.DataFrame, baseline: str, max_spread: float, ceilings_note: str | None = None
+) -> Table:
     """A line per backend and length: median, mean of the kept samples (what the SCRAM seed
     reports), spread, peak memory, the speed-up the study recorded against `baseline` (a
     spec; with its 95 % interval when rounds paired it), status; an unstable case is marked
-    in its status, and in its spread when that is above max_spread."""
+    in its status, and in its spread when that is above max_spread. The caption carries
+    `ceilings_note` (provisional ceilings) before the rows above their bound."""
     table = Table(title="attnbench time", box=box.SIMPLE_HEAD)
     records = _records(frame)
     images = bool(records) and all(not _missing(r.get("grid_h")) for r in records)
@@ -43,7 +46,12 @@ def time_table(frame: pd.DataFrame, baseline: str, max_spread: float) -> Table:
     table.add_column("status")
     times = {_case(r): r for r in records if r["metric"] == "time_ms"}
     peaks = {_case(r): r["value"] for r in records if r["metric"] == "peak_mib"}
-    table.caption = _speedup_gaps(list(times.values()), baseline)
+    captions = [
+        _speedup_gaps(list(times.values()), baseline),
+        escape(ceilings_note or ""),
+        over_bound_note(records),
+    ]
+    table.caption = "\n".join(c for c in captions if c) or None
     for case, r in times.items():
         ok = r["status"] == "ok"
         samples = r.get("samples")
@@ -86,16 +94,20 @@ def _speedup_gaps(times: list[dict], baseline: str) -> str | None:
     return f"speed-up '-': {label} (--baseline) has no time at that size (it failed or was skipped)"
 
 
-def stage_table(frame: pd.DataFrame) -> Table:
+def stage_table(frame: pd.DataFrame, ceilings_note: str | None = None) -> Table:
     """A block per backend and length of a profile run: the whole call (as `time` measures it,
     then unmarked calls interleaved with the profiled ones), then each stage with its median
     time, share of the profiled calls, throughput by the algorithmic count (GFLOP/s, GB/s,
-    FLOP/byte) and the % of the roofline bound it reaches; the whole call also by the
-    dense-equivalent count. A case that did not run shows its status instead."""
+    FLOP/byte) and the % of the roofline bound it reaches, marked `!` above 100 % with the
+    row's likely cause in the caption, after `ceilings_note` (provisional ceilings); the
+    whole call also by the dense-equivalent count. A case that did not run shows its
+    status instead."""
     table = Table(
         title="attnbench profile (rates by the algorithmic count unless marked)",
         box=box.SIMPLE_HEAD,
     )
+    captions = [escape(ceilings_note or ""), over_bound_note(_records(frame))]
+    table.caption = "\n".join(c for c in captions if c) or None
     columns = ("backend", "n", "stage", "ms", "share", "GFLOP/s", "GB/s", "FLOP/B", "bound")
     for column in (*columns, "% of\nbound", "GFLOP/s\ndense-eq."):
         left = column in ("backend", "stage", "bound")
@@ -124,17 +136,20 @@ def stage_table(frame: pd.DataFrame) -> Table:
             _number(r.get("gbs_alg"), "{:.1f}"),
             _number(r.get("intensity_alg"), "{:.2f}"),
             _text(r.get("bound")),
-            _number(r.get("bound_pct"), "{:.0f}%"),
+            _number(r.get("bound_pct"), "{:.0f}%") + (" !" if _over(r) else ""),
             _number(r.get("gflops_dense"), "{:.1f}"),
         )
     return table
 
 
-def unstable_warning(frame: pd.DataFrame, max_spread: float) -> str | None:
-    """One line naming the unstable time cases and the likely cause, or None if none was."""
+def unstable_warning(
+    frame: pd.DataFrame, max_spread: float, metric: str = "time_ms", remedy: str = "--min-time"
+) -> str | None:
+    """One line naming the cases whose `metric` row is unstable and the likely cause, and
+    what takes more samples (`remedy`), or None if none was."""
     from attnbench.measure.conditions import likely_cause
 
-    unstable = [r for r in _records(frame) if r["metric"] == "time_ms" and _unstable(r)]
+    unstable = [r for r in _records(frame) if r["metric"] == metric and _unstable(r)]
     if not unstable:
         return None
     names = ", ".join(
@@ -144,7 +159,7 @@ def unstable_warning(frame: pd.DataFrame, max_spread: float) -> str | None:
     return (
         f"warning: {len(unstable)} case(s) unstable (spread IQR/median above {max_spread:.0%}, "
         f"or threads waiting for a CPU): {names}; likely cause: {cause}. "
-        "Re-run them on a quieter machine or with --min-time."
+        f"Re-run them on a quieter machine or with {remedy}."
     )
 
 
@@ -205,7 +220,8 @@ def _unit_rows(spec: str) -> bool | None:
 
 def model_table(frame: pd.DataFrame) -> Table:
     """A line per backend and length of the whole-model study: the batch found, time and peak
-    memory per instance (the paper's Fig. 7 values), step time and total peak, status."""
+    memory per instance (the paper's Fig. 7 values), step time and total peak, status (an
+    unstable time is marked there, as in the time table)."""
     table = Table(title="attnbench model (training step at the largest batch that fits)")
     columns = ("backend", "n", "batch", "ms / instance", "MiB / instance", "step ms", "peak MiB")
     for column in columns:
@@ -230,7 +246,7 @@ def model_table(frame: pd.DataFrame) -> Table:
             cell("peak_mib_per_instance", "{:.2f}"),
             cell("step_ms", "{:.1f}"),
             cell("peak_mib", "{:.1f}"),
-            _status(main),
+            "[yellow]unstable[/yellow]" if _unstable(main) else _status(main),
         )
     return table
 
@@ -301,9 +317,30 @@ def _rates(record: dict) -> str:
 
 
 def _bound(record: dict) -> str:
-    """% of the roofline bound reached, and which bound: "13% compute", "75% L2"."""
+    """% of the roofline bound reached, and which bound: "13% compute", "75% L2"; "!"
+    where the row is above its bound."""
     pct, bound = record.get("bound_pct"), _text(record.get("bound"))
-    return "-" if _missing(pct) else f"{pct:.0f}% {bound}"
+    return "-" if _missing(pct) else f"{pct:.0f}% {bound}" + (" !" if _over(record) else "")
+
+
+def _over(record: dict) -> bool:
+    """The row reads above 100 % of its bound (its `over_bound` names the likely cause)."""
+    return bool(_text(record.get("over_bound")))
+
+
+def over_bound_note(records: list[dict]) -> str | None:
+    """ "! above its bound" and each such row's likely cause, a line per row (rich markup,
+    escaped); None if none."""
+    over = [r for r in records if r["status"] == "ok" and _over(r)]
+    if not over:
+        return None
+    lines = [
+        f"{backend_label(r['backend'])} n={_n(r['seq'])}"
+        + (f" {r['stage']}" if _text(r.get("stage")) else "")
+        + f": {r['over_bound']}"
+        for r in over
+    ]
+    return escape("! above 100 % of its roofline bound, likely causes:\n" + "\n".join(lines))
 
 
 def _conditions(record: dict) -> dict:
