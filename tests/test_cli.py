@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import traceback
+import typing
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -28,7 +29,7 @@ import attnbench.run.runner as runner_module
 import attnbench.studies.time as time_study
 from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
-from attnbench.cli import profiles
+from attnbench.cli import options, profiles
 from attnbench.measure.metrics import mean_radian
 from attnbench.results.schema import COLUMNS
 from attnbench.studies.exact import exact_softmax
@@ -580,6 +581,43 @@ def test_run_help_lists_every_shipped_profile_in_80_columns():
         assert f" {name}: " in result.output
     assert "yoso-fig7.toml: YOSO Fig. 7 on the CPU" in result.output
     assert max(len(line) for line in result.output.splitlines()) <= 80
+
+
+def _help(option) -> str:
+    """The help text of an `options` annotation."""
+    return typing.get_args(option)[1].help
+
+
+def test_inputs_help_names_every_kind_of_inputs():
+    """`model:yoso-mlm` was missing from the help while --inputs accepted it."""
+    from attnbench.inputs.registry import SOURCES
+
+    usages = [usage for cls in SOURCES for usage in cls.usage]
+    assert "model:yoso-mlm" in usages
+    text = _help(options.Inputs).replace("[", "").replace("]", "")  # optional parts, spelt out
+    assert [usage for usage in usages if usage not in text] == []
+
+
+def test_maps_grid_help_offers_only_what_maps_accepts(tmp_path, monkeypatch):
+    """The help offered lists and ranges, which maps refuses: it draws one grid."""
+    text = _help(options.OneGrid)
+    assert "list" not in text and ".." not in text and "one image HxW" in text
+    for grid in ("32x32,64x64", "32x32..64x64"):
+        assert_one_line_error(invoke("maps", "--grid", grid), "one grid")
+    monkeypatch.chdir(tmp_path)
+    example = text.partition("e.g. ")[2].split()[0]  # the help's own example is accepted
+    assert_ok(invoke("maps", "--grid", example, "--backends", "softmax", "--inputs", "random"))
+
+
+def test_run_help_names_a_profile_by_the_path_that_runs(monkeypatch):
+    """The help suggested `yoso-fig8.toml`, which is no file outside profiles/."""
+    root = Path(__file__).parents[1]
+    monkeypatch.chdir(root)
+    param = next(p for p in typer.main.get_command(cli.app).commands["run"].params)
+    example = param.help.partition("e.g. ")[2]
+    assert example.startswith("profiles/")
+    assert profiles.profile_argv(Path(example))[0] in profiles.PROFILE_COMMANDS
+    assert "attnbench run profiles/NAME" in profiles._epilog()
 
 
 def test_run_executes_a_toml_profile(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
 from attnbench.errors import UsageError
-from attnbench.views.pareto import pareto_front, pareto_points
+from attnbench.views.pareto import DEFAULT_METRIC, pareto_front, pareto_points
 
 runner = CliRunner()
 
@@ -195,3 +195,26 @@ def test_a_magnitude_error_leaves_out_backends_with_unit_output_rows():
     assert yoso in pareto_points(times, radian)["backend"].tolist()
     with pytest.raises(UsageError, match="does not apply to"):
         pareto_points(times[times["backend"] == yoso], errors, metric=metric)
+
+
+def test_a_zero_error_point_is_drawn_whole_inside_the_axes(tmp_path, monkeypatch):
+    """An exact backend (sdpa, error 0) was drawn on the frame's bottom edge, half cut off."""
+    import matplotlib.pyplot as plt
+
+    import attnbench.views.pareto as pareto
+
+    saved = {}
+    monkeypatch.setattr(pareto, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    monkeypatch.setattr(plt, "close", lambda fig: None)
+    times = rows("time", "time_ms", [("sdpa", 64, 1.0), ("a", 64, 0.5), ("b", 64, 0.7)])
+    errors = rows("error", DEFAULT_METRIC, [("sdpa", 64, 0.0), ("a", 64, 0.9), ("b", 64, 0.3)])
+    pareto.plot_pareto(pareto_points(times, errors), tmp_path / "p.png")
+    fig = saved["fig"]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    marker = next(ln for ln in ax.get_lines() if list(ln.get_ydata()) == [0.0])
+    radius = marker.get_markersize() / 2 * fig.dpi / 72  # points to pixels
+    _, y = ax.transData.transform((1.0, 0.0))
+    assert y - radius >= ax.get_window_extent().y0
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_position()[1] < 0]
+    assert all(label == "" for label in labels)  # no negative error on the axis

@@ -24,6 +24,9 @@ Grid = Annotated[
         help="images instead of sequences: HxW, a list, or a doubling range 32x32..256x256"
     ),
 ]
+OneGrid = Annotated[
+    str, typer.Option("--grid", help="one image HxW, e.g. 64x64 (1xN: a sequence of N tokens)")
+]
 Batch = Annotated[int, typer.Option(help="batch size (generated inputs)")]
 Heads = Annotated[int, typer.Option(help="attention heads (generated inputs)")]
 Dim = Annotated[int, typer.Option(help="head dimension d (generated inputs)")]
@@ -33,8 +36,9 @@ Backends = Annotated[str, typer.Option(help="comma list of backend specs")]
 Inputs = Annotated[
     str,
     typer.Option(
-        help="random, clustered[:size=N], model:minilm[:layer=L,head=H], blobs, image:NAME, "
-        "svd:NAME, three-blobs, or a .npz/.pt with q, k, v"
+        help="random, clustered[:size=N], model:yoso-mlm[:layer=L,head=H], "
+        "model:minilm[:layer=L,head=H], blobs, image:NAME, svd:NAME, three-blobs, or a "
+        ".npz/.pt with q, k, v"
     ),
 ]
 Mode = Annotated[str, typer.Option(help="fwd, bwd or fwdbwd")]

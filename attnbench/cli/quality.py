@@ -13,7 +13,7 @@ from attnbench.errors import UsageError
 def maps_cmd(
     backends: options.Backends = "softmax,yoso-e,yoso-32",
     inputs: options.Inputs = "image:camera",
-    grid: options.Grid = "1x128",
+    grid: options.OneGrid = "1x128",
     dim: options.Dim = 4,
     query: str = typer.Option(None, help="y,x: draw this query's map over the key image"),
     scale: str = typer.Option(

@@ -29,6 +29,7 @@ from attnbench.views.metrics import GRADIENT_PREFIX, LOWER_IS_BETTER
 from attnbench.views.tables import inapplicable
 
 DEFAULT_METRIC = "radian_vs_softmax"
+BELOW_ZERO = 0.05  # of the error axis's height: room under zero, so an exact point shows whole
 KEYS = ["backend", "seq", "batch", "heads", "dim"]  # what a time row and an error row share
 
 
@@ -163,7 +164,8 @@ def plot_pareto(
         what = "forward + backward" if set(points["mode"]) == {"fwdbwd"} else "call"
         ax.set_xlabel(f"time per {what} (ms), median with p10–p90 bar")
         ax.set_ylabel(f"{_metric_label(metric)}, mean ± std over trials")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(bottom=-BELOW_ZERO * ax.get_ylim()[1])  # exact (zero error): not clipped
+        ax.yaxis.set_major_formatter(lambda y, _: "" if y < 0 else f"{y:g}")  # no error < 0
         ax.grid(True, which="both", alpha=0.3)
         fig.legend(loc="outside lower center", frameon=False, fontsize="small")
         atomic_save(fig, path)
