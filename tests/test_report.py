@@ -170,3 +170,13 @@ def test_fig8_slopes_side_by_side_and_script_tables(tmp_path):
     assert "## yoso-why" in text and "| random | 64 | 0.123 |" in text
     one = render_report("yoso.md", [tmp_path / "yoso-a.csv"])
     assert "side by side" not in one  # nothing to set beside a single file
+
+
+def test_no_committed_stage_reads_above_its_bound():
+    """Above 100 % of a roofline bound means a wrong input to the model (ceilings measured
+    under load, a cost model that overcounts), never a stage that beat the machine."""
+    for path in sorted((ROOT / "plots").glob("*.csv")):
+        frame = pd.read_csv(path, low_memory=False)
+        if "bound_pct" in frame:
+            worst = pd.to_numeric(frame["bound_pct"], errors="coerce").max()
+            assert not worst > 100.0, f"{path.name}: a stage at {worst:.0f} % of its bound"
