@@ -8,6 +8,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -24,6 +27,7 @@ from attnbench.views.ceilings import ceilings_table, provisional_note
 from attnbench.views.tables import stage_table, time_table
 
 KIB, MIB = 2**10, 2**20
+HOST_CPU = busy.host_cpu  # the real reading, before the fixture pins it
 runner = CliRunner()
 
 
@@ -54,6 +58,8 @@ def instant(monkeypatch, tmp_path):
     monkeypatch.setattr(conditions, "_sched_ns", lambda: None)
     monkeypatch.setattr(conditions, "_cpu_mhz", lambda: None)
     monkeypatch.setattr(busy.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(busy, "host_cpu", lambda: None)  # judged by the pinned load average
+    monkeypatch.setattr(limits, "host_cpu", lambda: None)
     calls = []
 
     def measure_cpu(threads, step):
@@ -310,3 +316,33 @@ def test_first_time_table_on_a_busy_host_says_the_ceilings_are_provisional(
     text = " ".join(result.stdout.split())
     assert "ceilings provisional: measured on a busy host (load average" in text
     assert len(instant) == 1
+
+
+def test_other_processes_cpu_time_judges_the_host_not_the_lagging_load_average():
+    """The load average still counted the user's own `pip install` a minute on, so a quiet
+    host was called busy; what other processes used during the measurement decides."""
+    quiet = {"load": 4.0 * busy.cpus(), "cpu_mhz": None, "sched": None}
+    calm = ({**quiet, "host": (0.0, 0.0, 0.0)}, {**quiet, "host": (1.0, 0.5, 0.45)})
+    record = busy.provenance(*calm, 1.0)
+    assert not record["provisional"] and record["others_share"] < busy.BUSY_OTHERS
+    cpus = busy.cpus()
+    loaded = ({**quiet, "host": (0.0, 0.0, 0.0)}, {**quiet, "host": (1.0, cpus * 0.9, 0.1)})
+    record = busy.provenance(*loaded, 1.0)
+    assert record["provisional"] and "other processes used" in record["busy"]
+
+
+def test_the_other_processes_share_is_read_from_proc_stat():
+    if HOST_CPU() is None:
+        pytest.skip("no /proc/stat here")
+    spin = [sys.executable, "-c", "while True: pass"]
+    procs = [subprocess.Popen(spin) for _ in range(busy.cpus() * 2)]
+    try:
+        time.sleep(0.2)
+        start = HOST_CPU()
+        time.sleep(1.0)
+        share = busy.others_share(start, HOST_CPU())
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert share > 0.5  # the spinners hold the CPUs, and they are not this process

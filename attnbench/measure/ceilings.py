@@ -236,7 +236,7 @@ def problem(doc, fingerprint: str) -> str | None:
 
 def _provenance_problem(record: dict) -> str | None:
     """The fields the tables print have the types they print."""
-    for key in ("load_before", "load_after", "cpu_wait", "seconds"):
+    for key in ("load_before", "load_after", "cpu_wait", "others_share", "seconds"):
         value = record.get(key)
         if value is not None and not (_is_rate(value) or value == 0):
             return f"provenance {key}: {_short(value)} is not a reading"

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from functools import partial
 
 from attnbench.measure import is_cuda, sweep
-from attnbench.measure.busy import describe, provenance, quiet_now
+from attnbench.measure.busy import describe, host_cpu, provenance, quiet_now
 from attnbench.measure.ceilings import (
     LEVEL_SLACK,
     Ceilings,
@@ -107,12 +107,13 @@ def measure(
     step, say = on_step or _quiet, notify or _quiet
     say(f"measuring this machine's ceilings ({device}, {threads} threads: GEMM per dtype, "
         "bandwidth per memory level; once per machine, then cached)")  # fmt: skip
-    before, start = snapshot(device), time.perf_counter()
+    before, start = {**snapshot(device), "host": host_cpu()}, time.perf_counter()
     if is_cuda(device):
         gemm, sizes, levels, extra = _measure_cuda(device, step)
     else:
         gemm, sizes, levels, extra = _measure_cpu(threads, step)
-    record = provenance(before, snapshot(device), time.perf_counter() - start)
+    after = {**snapshot(device), "host": host_cpu()}
+    record = provenance(before, after, time.perf_counter() - start)
     record.update(extra.pop("found", {}))
     say(f"measured the ceilings in {record['seconds']:.0f} s ({describe(record)})" + (
         f": provisional, the host was busy ({record['busy']}); they are measured again on "
