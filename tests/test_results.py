@@ -330,3 +330,17 @@ def test_plot_on_a_full_disk_is_one_error_line_and_keeps_the_older_figure(
     assert lines == [f"error: cannot write {out}: No space left on device"], lines
     assert out.read_bytes() == b"older figure"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "r.csv", "r.env.json"]
+
+
+def test_one_rule_for_an_empty_cell():
+    """Files, tables and the report agree on what is empty: NaN of any float type, NaT,
+    None and pandas' NA; a list, a zero or an empty string is a value."""
+    import numpy as np
+    import pandas as pd
+
+    from attnbench.results.schema import is_missing
+
+    for empty in (None, pd.NA, pd.NaT, float("nan"), np.float32("nan"), np.float64("nan")):
+        assert is_missing(empty), repr(empty)
+    for value in ([], [1.0], 0, 0.0, "", "nan-ish", np.float32(1.0), True):
+        assert not is_missing(value), repr(value)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -213,7 +212,11 @@ def as_sizes(value) -> list[int]:
 
 
 def is_missing(value) -> bool:
-    """None, NaN or pandas' NA: an empty cell."""
+    """None, NaN (of any float type), NaT or pandas' NA: an empty cell. The one rule every
+    reader and view uses, so a cell is empty in a table exactly when it is in a file."""
     if value is None or value is pd.NA:
         return True
-    return isinstance(value, float) and math.isnan(value)
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # a list or array: a value, not an empty cell
+        return False

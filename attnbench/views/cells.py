@@ -1,13 +1,13 @@
-"""How the report writes a number in a table cell, and what counts as no value."""
+"""How the report writes a number in a table cell (an empty one: `results.schema.is_missing`)."""
 
 from __future__ import annotations
 
-import pandas as pd
+from attnbench.results.schema import is_missing
 
 
 def number(value) -> str:
     """Three significant digits, no exponent for the values a study reports."""
-    if missing(value):
+    if is_missing(value):
         return "–"
     value = float(value)
     if value == 0:
@@ -19,18 +19,9 @@ def number(value) -> str:
     return f"{value:.3g}"
 
 
-def missing(value) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    try:
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
-
-
 def size(row) -> str:
     """A row's size: its image HxW, else its n."""
-    if not missing(row.get("grid_h")) and not missing(row.get("grid_w")):
+    if not is_missing(row.get("grid_h")) and not is_missing(row.get("grid_w")):
         return f"{int(row['grid_h'])}×{int(row['grid_w'])}"
     return str(int(row["seq"]))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnbench.views.cells import missing as _missing
+from attnbench.results.schema import is_missing
 from attnbench.views.cells import number as _num
 from attnbench.views.cells import size as _size
 from attnbench.views.cells import size_header as _size_header
@@ -66,7 +66,7 @@ def gradient_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], lis
         key = (row["backend"], _size(row), reference.replace("_", "-"), gradient)
         std = row.get("std")
         text = _num(row["value"])
-        cells.setdefault(key, {})[kind] = text if _missing(std) else f"{text} ± {_num(std)}"
+        cells.setdefault(key, {})[kind] = text if is_missing(std) else f"{text} ± {_num(std)}"
     rows = [
         [f"`{backend}`", size, reference, GRADIENT_NAMES.get(gradient, gradient),
          *(found.get(kind, "–") for kind in GRADIENT_KINDS)]

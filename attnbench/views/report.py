@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from attnbench.results.read import read_rows
+from attnbench.results.schema import is_missing
 from attnbench.views.cells import markdown_table
-from attnbench.views.cells import missing as _missing
 from attnbench.views.cells import number as _num
 from attnbench.views.cells import size as _size
 from attnbench.views.cells import size_header as _size_header
@@ -168,7 +168,7 @@ def _setting(path: Path, frame: pd.DataFrame, study: str) -> str:
     parts.append("inputs " + ", ".join(f"`{x}`" for x in inputs))
     for key in ("mode", "dtype", "batch", "heads", "dim"):
         value = first.get(key)
-        if not _missing(value) and value != "":
+        if not is_missing(value) and value != "":
             parts.append(f"{key} {value}")
     env = _env(path)
     device = env.get("device_name") or env.get("device") or first.get("device")
@@ -289,7 +289,7 @@ def model_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
             [
                 f"`{row['backend']}`",
                 _size(row),
-                "–" if _missing(batch) else str(int(float(batch))),
+                "–" if is_missing(batch) else str(int(float(batch))),
                 _ms(values.get((*key, "time_per_instance_ms"))),
                 _num(values.get((*key, "peak_mib_per_instance"))),
                 _ms(values.get((*key, "step_ms"))),
@@ -313,7 +313,7 @@ def error_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
         elif row["status"] == "ok":
             std = row.get("std")
             text = _num(row["value"])
-            cells[key][row["metric"]] = text if _missing(std) else f"{text} ± {_num(std)}"
+            cells[key][row["metric"]] = text if is_missing(std) else f"{text} ± {_num(std)}"
         else:
             status[key] = _status(row)
     rows = [
@@ -342,7 +342,7 @@ def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list
             rows.append(["", "", "whole call, interleaved", _ms(row["value"]), *[""] * 5])
             continue
         whole = row["metric"] == "time_ms"
-        bound = "" if _missing(row.get("bound")) else str(row["bound"])
+        bound = "" if is_missing(row.get("bound")) else str(row["bound"])
         pct = row.get("bound_pct")
         rows.append(
             [
@@ -353,7 +353,7 @@ def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list
                 "" if whole else f"{float(row['share']):.0%}",
                 _num(row.get("gflops_alg")),
                 _num(row.get("gbs_alg")),
-                f"{_num(pct)} % {bound}" if not _missing(pct) else "–",
+                f"{_num(pct)} % {bound}" if not is_missing(pct) else "–",
                 _num(row.get("gflops_dense")) if whole else "",
             ]
         )
@@ -365,21 +365,21 @@ def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list
 def _status(row) -> str:
     if row["status"] == "ok":
         return "ok"
-    reason = "" if _missing(row.get("reason")) else str(row["reason"]).split(". ")[0]
+    reason = "" if is_missing(row.get("reason")) else str(row["reason"]).split(". ")[0]
     reason = reason if len(reason) <= 60 else reason[:57] + "..."
     return f"{row['status']} ({reason})" if reason else str(row["status"])
 
 
 def _interval(low, high) -> str:
     """Format LOW – HIGH UNIT, both ends in the unit of the upper one (s from 1000 ms up)."""
-    if _missing(low) or _missing(high):
+    if is_missing(low) or is_missing(high):
         return "–"
     unit, scale = ("s", 1000.0) if float(high) >= 1000 else ("ms", 1.0)
     return f"{_num(float(low) / scale)} – {_num(float(high) / scale)} {unit}"
 
 
 def _ms(value) -> str:
-    if _missing(value):
+    if is_missing(value):
         return "–"
     value = float(value)
     return f"{value / 1000:.3g} s" if value >= 1000 else f"{_num(value)} ms"

@@ -8,7 +8,6 @@ read rows: a speed-up is the study's `speedup` column, never recomputed here.
 from __future__ import annotations
 
 import functools
-import math
 
 import pandas as pd
 from rich import box
@@ -17,7 +16,7 @@ from rich.table import Table
 
 from attnbench.errors import UsageError
 from attnbench.measure.metrics import SLOPE
-from attnbench.results.schema import CONDITION_KEYS
+from attnbench.results.schema import CONDITION_KEYS, is_missing
 from attnbench.views.labels import backend_label
 
 
@@ -31,13 +30,13 @@ def time_table(
     `ceilings_note` (provisional ceilings) before the rows above their bound."""
     table = Table(title="attnbench time", box=box.SIMPLE_HEAD)
     records = _records(frame)
-    images = bool(records) and all(not _missing(r.get("grid_h")) for r in records)
+    images = bool(records) and all(not is_missing(r.get("grid_h")) for r in records)
     size = "H×W" if images else "n"
     columns = ("backend", size, "median\nms", "mean\nms", "p10-p90\nms", "spread", "peak\nMiB")
     for column in columns:
         left = column == "backend"
         table.add_column(column, justify="left" if left else "right", no_wrap=True)
-    paired = any(not _missing(r.get("speedup_low")) for r in records)
+    paired = any(not is_missing(r.get("speedup_low")) for r in records)
     interval = " (95% CI)" if paired else ""
     label = f"speed-up{interval}\nvs {backend_label(baseline)}"
     table.add_column(label, justify="right", no_wrap=True)
@@ -63,7 +62,7 @@ def time_table(
             _ms(sum(samples) / len(samples)) if ok and _has(samples) else "-",
             f"{_ms(r['p10'])}-{_ms(r['p90'])}" if ok else "-",
             _spread(r, max_spread) if ok else "-",
-            f"{peak:.1f}" if not _missing(peak) else "-",
+            f"{peak:.1f}" if not is_missing(peak) else "-",
             _speedup(r),
             _rates(r) if ok else "-",
             _bound(r) if ok else "-",
@@ -75,9 +74,9 @@ def time_table(
 def _speedup(record: dict) -> str:
     """The speed-up, with its interval when rounds paired it with the baseline's."""
     speedup, low, high = (record.get(k) for k in ("speedup", "speedup_low", "speedup_high"))
-    if _missing(speedup) or not speedup:
+    if is_missing(speedup) or not speedup:
         return "-"
-    if _missing(low) or _missing(high):
+    if is_missing(low) or is_missing(high):
         return f"{speedup:.2f}x"
     return f"{speedup:.2f}x ({low:.2f}-{high:.2f})"
 
@@ -85,7 +84,7 @@ def _speedup(record: dict) -> str:
 def _speedup_gaps(times: list[dict], baseline: str) -> str | None:
     """Why a measured case has no speed-up: the baseline was not in the run, or did not
     run at that size; None when every measured case has one."""
-    gaps = [r for r in times if r["status"] == "ok" and _missing(r.get("speedup"))]
+    gaps = [r for r in times if r["status"] == "ok" and is_missing(r.get("speedup"))]
     if not gaps:
         return None
     label = backend_label(baseline)
@@ -131,7 +130,7 @@ def stage_table(frame: pd.DataFrame, ceilings_note: str | None = None) -> Table:
             if whole
             else escape(str(r["stage"])),
             _ms(r["value"]),
-            "" if whole or _missing(r.get("share")) else f"{r['share']:.0%}",
+            "" if whole or is_missing(r.get("share")) else f"{r['share']:.0%}",
             _number(r.get("gflops_alg"), "{:.1f}"),
             _number(r.get("gbs_alg"), "{:.1f}"),
             _number(r.get("intensity_alg"), "{:.2f}"),
@@ -236,7 +235,7 @@ def model_table(frame: pd.DataFrame) -> Table:
 
         def cell(metric: str, fmt: str, metrics=metrics, ok=ok) -> str:
             row = metrics.get(metric)
-            return fmt.format(row["value"]) if ok and row and not _missing(row["value"]) else "-"
+            return fmt.format(row["value"]) if ok and row and not is_missing(row["value"]) else "-"
 
         table.add_row(
             backend_label(backend),
@@ -263,22 +262,17 @@ def _case(record: dict) -> tuple:
     return record["backend"], record["seq"], record["inputs"]
 
 
-def _missing(value) -> bool:
-    """None or NaN: what a frame holds where a row has no value."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def _has(samples) -> bool:
     return isinstance(samples, list | tuple) and len(samples) > 0
 
 
 def _n(seq) -> str:
     """A length as an integer, also when the frame's column is float (a row lacked one)."""
-    return "-" if _missing(seq) else str(int(seq))
+    return "-" if is_missing(seq) else str(int(seq))
 
 
 def _text(value) -> str:
-    return "" if _missing(value) else str(value)
+    return "" if is_missing(value) else str(value)
 
 
 def _status(record: dict) -> str:
@@ -290,13 +284,13 @@ def _status(record: dict) -> str:
 def _unstable(record: dict) -> bool:
     """An ok case the study judged unstable (stable False; None: not judged)."""
     stable = record.get("stable")
-    return record["status"] == "ok" and not _missing(stable) and not bool(stable)
+    return record["status"] == "ok" and not is_missing(stable) and not bool(stable)
 
 
 def _spread(record: dict, max_spread: float) -> str:
     """IQR / median of the kept samples, with a `!` when above max_spread."""
     spread = record.get("spread")
-    if _missing(spread):
+    if is_missing(spread):
         return "-"
     return f"{spread:.1%}" + (" !" if spread > max_spread else "")
 
@@ -307,7 +301,7 @@ def _ms(value: float) -> str:
 
 
 def _number(value, fmt: str) -> str:
-    return "-" if _missing(value) else fmt.format(value)
+    return "-" if is_missing(value) else fmt.format(value)
 
 
 def _rates(record: dict) -> str:
@@ -320,7 +314,7 @@ def _bound(record: dict) -> str:
     """% of the roofline bound reached, and which bound: "13% compute", "75% L2"; "!"
     where the row is above its bound."""
     pct, bound = record.get("bound_pct"), _text(record.get("bound"))
-    return "-" if _missing(pct) else f"{pct:.0f}% {bound}" + (" !" if _over(record) else "")
+    return "-" if is_missing(pct) else f"{pct:.0f}% {bound}" + (" !" if _over(record) else "")
 
 
 def _over(record: dict) -> bool:
@@ -345,13 +339,13 @@ def over_bound_note(records: list[dict]) -> str | None:
 
 def _conditions(record: dict) -> dict:
     """The host's conditions around the case: each is a column of its own in the frame."""
-    return {k: record[k] for k in CONDITION_KEYS if k in record and not _missing(record[k])}
+    return {k: record[k] for k in CONDITION_KEYS if k in record and not is_missing(record[k])}
 
 
 def _symptoms(record: dict) -> str:
     """What made a case unstable: its spread, and its CPU wait when that was recorded."""
     spread = record.get("spread")
-    found = [] if _missing(spread) else [f"spread {spread:.0%}"]
+    found = [] if is_missing(spread) else [f"spread {spread:.0%}"]
     wait = _conditions(record).get("cpu_wait")
     if wait is not None:
         found.append(f"CPU wait {wait:.0%}")
