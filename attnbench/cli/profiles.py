@@ -28,18 +28,29 @@ def shipped_profiles(folder: Path = SHIPPED, width: int = 76) -> list[str]:
 
 def _epilog() -> str:
     lines = shipped_profiles()
-    head = "Profiles in profiles/ (give the path: attnbench run profiles/NAME):"
+    head = "Shipped profiles (attnbench run NAME, or by path: attnbench run profiles/NAME):"
     return head + "\n\n" + "\n".join(lines) if lines else ""
 
 
 @core.app.command("run", epilog=_epilog())
 def run_cmd(
     profile: Path = typer.Argument(
-        ..., help="the path of a study file, e.g. profiles/yoso-fig8.toml"
+        ...,
+        help="a shipped profile's name (yoso-fig8) or a study file's path, "
+        "e.g. profiles/yoso-fig8.toml",
+    ),
+    sets: list[str] | None = typer.Option(
+        None,
+        "--set",
+        metavar="KEY=VALUE",
+        help="override an option of the profile, named as in its options table "
+        "(a flag: true or false); repeatable, e.g. --set seq=1k --set csv=out.csv",
     ),
 ) -> None:
     """Run a study described in a TOML profile (command + options), e.g. a paper's figure."""
-    argv = profile_argv(profile)
+    overrides = parse_sets(sets or [])
+    profile = find_profile(profile)
+    argv = profile_argv(profile, overrides)
     group = typer.main.get_command(core.app)
     try:  # the group's own main, not `OneLineErrors.main`: its errors come here to be named
         code = TyperGroup.main(group, args=argv, standalone_mode=False)
@@ -47,13 +58,49 @@ def run_cmd(
         if not isinstance(exc, UsageError) and not hasattr(exc, "format_message"):
             raise
         message = str(exc) if isinstance(exc, UsageError) else exc.format_message()
-        raise UsageError(f"{profile}: {message}") from None
+        source = f"{profile} with --set" if overrides else str(profile)
+        source = "--set" if _names_a_set_option(exc, message, overrides) else source
+        raise UsageError(f"{source}: {message}") from None
     if code:
         raise typer.Exit(code)
 
 
-def profile_argv(profile: Path) -> list[str]:
-    """`command = "error"` and an `[options]` table become `error --key value ...`."""
+def find_profile(profile: Path) -> Path:
+    """`profile` when it is a file; otherwise a bare name (`yoso-fig8`, `yoso-fig8.toml`) is
+    the shipped profile of that name, so a figure runs from any folder. A file of that name
+    here wins: what the user can see beside them is what runs."""
+    if profile.is_file() or len(profile.parts) != 1:
+        return profile  # profile_argv says when it is no file
+    name = profile.name if profile.name.endswith(".toml") else f"{profile.name}.toml"
+    if not SHIPPED.is_dir():  # an install without the source checkout's profiles/
+        raise UsageError(
+            f"{profile}: no such profile (looked in {Path.cwd()} and for shipped profiles "
+            f"in {SHIPPED}, which this install lacks)"
+        )
+    if (SHIPPED / name).is_file():
+        return SHIPPED / name
+    names = ", ".join(path.stem for path in sorted(SHIPPED.glob("*.toml")))
+    raise UsageError(f"{profile}: no such profile here, nor a shipped one; shipped: {names}")
+
+
+def parse_sets(sets: list[str]) -> list[tuple[str, str]]:
+    """Each `--set KEY=VALUE` as (key, value), split at the first `=` so a value may hold
+    one; refused before the profile is read, so a malformed override never runs anything."""
+    pairs = []
+    for text in sets:
+        key, eq, value = text.partition("=")
+        if not eq:
+            raise UsageError(f"--set {text!r}: give KEY=VALUE, e.g. --set seq=1k")
+        if not key.strip():
+            raise UsageError(f"--set {text!r}: no option name before '='")
+        pairs.append((key.strip(), value))
+    return pairs
+
+
+def profile_argv(profile: Path, overrides: list[tuple[str, str]] = ()) -> list[str]:
+    """`command = "error"` and an `[options]` table become `error --key value ...`; each
+    override (key, text) replaces the profile's value of that option or adds it, as text
+    the command parses itself, so every check of the command applies to it."""
     if not profile.is_file():
         raise UsageError(f"{profile}: no such profile")
     doc = _read_toml(profile)
@@ -73,6 +120,7 @@ def profile_argv(profile: Path) -> list[str]:
     click_command = typer.main.get_command(core.app).commands[command]
     check_option_keys(options, click_command, str(profile))
     _check_values(options, click_command, str(profile))
+    options = _override(options, overrides, click_command)
     argv = [command]
     for key, value in options.items():
         name = f"--{key.replace('_', '-')}"
@@ -81,6 +129,50 @@ def profile_argv(profile: Path) -> list[str]:
         else:
             argv += [name, str(value)]
     return argv
+
+
+def _override(options: dict, overrides: list[tuple[str, str]], command) -> dict:
+    """`options` with each override in place of the profile's value for its option, under
+    either spelling (`min-time`, `min_time`); one option set twice is refused, as in a
+    profile. A flag's text is true or false, made the bool a profile would give."""
+    from attnbench.cli.parse import check_option_keys
+
+    check_option_keys([key for key, _ in overrides], command, "--set")
+    merged = dict(options)
+    given: dict[str, str] = {}
+    for key, text in overrides:
+        param = _param(command, key)
+        if param.name in given:
+            raise UsageError(
+                f"--set: {given[param.name]!r} and {key!r} are the same option "
+                f"(--{key.replace('_', '-')}); give it once"
+            )
+        given[param.name] = key
+        for old in [old for old in merged if _param(command, old) is param]:
+            del merged[old]
+        value: str | bool = text
+        if getattr(param, "is_flag", False):
+            if text.lower() not in ("true", "false"):
+                raise UsageError(f"--set {key}: a flag: true or false, not {text!r}")
+            value = text.lower() == "true"
+        merged[key] = value
+    return merged
+
+
+def _names_a_set_option(exc: Exception, message: str, overrides) -> bool:
+    """Whether a command's error is about an option that --set gave (click names the
+    option in `exc.param`, attnbench's own checks start the message with it), so the error
+    points at the command line rather than at a profile that does not hold the value."""
+    set_opts = {f"--{key.replace('_', '-')}" for key, _ in overrides}
+    param = getattr(exc, "param", None)
+    named = set(param.opts) if param is not None else {message.split(":")[0].split(" ")[0]}
+    return bool(named & set_opts)
+
+
+def _param(command, key: str):
+    """The click parameter of the long option `key` (without dashes, `-` or `_`)."""
+    name = f"--{key.replace('_', '-')}"
+    return next(p for p in command.params if name in p.opts)
 
 
 def _read_toml(profile: Path) -> dict:
@@ -104,7 +196,7 @@ def _check_values(options: dict, command, where: str) -> None:
     seen: dict[str, str] = {}
     for key, value in options.items():
         name = f"--{key.replace('_', '-')}"
-        param = next(p for p in command.params if name in p.opts)
+        param = _param(command, key)
         if param.name in seen:
             raise UsageError(
                 f"{where}: {seen[param.name]!r} and {key!r} are the same option ({name}); "
