@@ -252,21 +252,32 @@ def check_option_keys(keys, command, where: str) -> None:
             )
 
 
-def parse_dtype(name: str):
-    """The torch dtype named `name` (torch is imported only when an option needs it)."""
+def check_dtype_name(name: str) -> str:
+    """--dtype checked by name alone, before torch is imported for `parse_dtype`."""
     if name.lower() not in DTYPES:
         raise UsageError(f"--dtype: unknown dtype {name!r}; valid: {', '.join(DTYPES)}")
+    return name.lower()
+
+
+def parse_dtype(name: str):
+    """The torch dtype named `name` (torch is imported only when an option needs it)."""
+    name = check_dtype_name(name)
     import torch
 
-    return getattr(torch, name.lower())
+    return getattr(torch, name)
+
+
+def check_device_name(name: str) -> str:
+    """--device checked by name alone, before torch is imported for `resolve_device`."""
+    if name.lower() not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device: unknown device {name!r}; valid: auto, cpu, cuda")
+    return name.lower()
 
 
 def resolve_device(name: str, cluster_gpus: bool | None = None) -> str:
     """'auto' picks cuda when a GPU is present; asking for cuda without one is a user error.
     With `cluster_gpus` (a Ray cluster's), the cluster's GPUs count, not this machine's."""
-    name = name.lower()
-    if name not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device: unknown device {name!r}; valid: auto, cpu, cuda")
+    name = check_device_name(name)
     import torch
 
     gpus = torch.cuda.is_available() if cluster_gpus is None else cluster_gpus

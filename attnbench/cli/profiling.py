@@ -56,15 +56,12 @@ def profile_cmd(
     Each backend marks its stages (YOSO's hash and cumulation, SCRAM's PatchMatch passes,
     ...); --plot draws the roofline, --trace keeps a trace for ui.perfetto.dev."""
     from attnbench.cli.parse import MAX_COUNT, positive
-    from attnbench.studies.profile import ProfileSpec
-    from attnbench.views.ceilings import provisional_note
-    from attnbench.views.tables import stage_table
 
     stage_filter = _stage_filter(stages)
     calls = positive(calls, "--calls", MAX_COUNT)
     at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
     spec = time_spec(
-        ProfileSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
+        _profile_study, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
         device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
         min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
         stage_filter=stage_filter, calls=calls, nvtx=nvtx, gpus=at.gpus,
@@ -73,6 +70,8 @@ def profile_cmd(
         raise UsageError("--nvtx: NVTX ranges are for a CUDA run under nsys; give --device cuda")
     spec.trace_dir = _trace_dir(trace)
     spec.check_stage_filter()  # before the machine's ceilings are measured
+    from attnbench.views.ceilings import provisional_note
+    from attnbench.views.tables import stage_table
 
     def table(frame):  # run_timed has set spec.ceilings by the time it prints
         return stage_table(frame, provisional_note(spec.ceilings))
@@ -80,6 +79,12 @@ def profile_cmd(
     run_timed(spec, threads, at, resume, csv, json, plot, remeasure, table)
     if trace is not None:
         core.console.print(f"wrote traces into {trace} (open them in ui.perfetto.dev)")
+
+
+def _profile_study():
+    from attnbench.studies.profile import ProfileSpec
+
+    return ProfileSpec
 
 
 def _stage_filter(text: str | None) -> list[str] | None:

@@ -53,12 +53,11 @@ def time_cmd(
     cancels in their speed-ups. Each row also gets its throughput and the share of this
     machine's roofline bound it reaches."""
     from attnbench.cli.parse import MAX_COUNT, positive
-    from attnbench.studies.time import TimeSpec
 
     rounds = positive(rounds, "--rounds", MAX_COUNT)
     at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
     spec = time_spec(
-        TimeSpec, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
+        _time_study, seq=seq, grid=grid, batch=batch, heads=heads, dim=dim, dtype=dtype,
         device=device, backends=backends, inputs=inputs, mode=mode, repeats=repeats,
         min_time=min_time, max_spread=max_spread, warmup=warmup, seed=seed, baseline=baseline,
         rounds=rounds, gpus=at.gpus,
@@ -73,24 +72,32 @@ def time_cmd(
     run_timed(spec, threads, at, resume, csv, json, plot, False, table)
 
 
-def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inputs, mode,
+def _time_study():
+    from attnbench.studies.time import TimeSpec
+
+    return TimeSpec
+
+
+def time_spec(study, *, seq, grid, batch, heads, dim, dtype, device, backends, inputs, mode,
               repeats, min_time, max_spread, warmup, seed, baseline, gpus=None,
               **extra):  # fmt: skip
     """The time study (or a subclass: the profile study) from the shared options, every
-    one checked; `extra` goes to the subclass. `gpus`: whether a Ray cluster has any."""
-    from attnbench.backends import get_backend, parse_backends
+    one checked; `extra` goes to the subclass. `gpus`: whether a Ray cluster has any.
+
+    `study()` gives the study's class. It, the backends and the inputs load torch, numba and
+    scipy (seconds, minutes on a loaded host), so they come after every check that needs
+    none of them: a mistyped number or name is reported at once."""
     from attnbench.cli.parse import (
         MAX_COUNT,
-        check_inputs_fit,
+        check_device_name,
+        check_dtype_name,
         check_min_time,
         check_seed,
         non_negative,
-        parse_dtype,
         parse_fraction,
         parse_grids,
         parse_sizes,
         positive,
-        resolve_device,
     )
 
     if mode not in MODES:
@@ -102,7 +109,19 @@ def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inp
     batch = positive(batch, "--batch")
     heads = positive(heads, "--heads")
     dim = positive(dim, "--dim")
-    spec = cls(
+    check_dtype_name(dtype)
+    check_device_name(device)
+    checked = dict(
+        repeats=positive(repeats, "--repeats", MAX_COUNT),
+        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
+        seed=check_seed(seed),
+        min_time=check_min_time(min_time),
+        max_spread=parse_fraction(max_spread, "--max-spread"),
+    )
+    from attnbench.backends import get_backend, parse_backends
+    from attnbench.cli.parse import check_inputs_fit, parse_dtype, resolve_device
+
+    spec = study()(
         seqs=seqs,
         grids=grids,
         backends=parse_backends(backends),
@@ -114,12 +133,8 @@ def time_spec(cls, *, seq, grid, batch, heads, dim, dtype, device, backends, inp
         dtype=parse_dtype(dtype),
         device=resolve_device(device, gpus),
         mode=mode,
-        repeats=positive(repeats, "--repeats", MAX_COUNT),
-        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
-        seed=check_seed(seed),
         baseline=get_backend(baseline),
-        min_time=check_min_time(min_time),
-        max_spread=parse_fraction(max_spread, "--max-spread"),
+        **checked,
         **extra,
     )
     check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device, spec.batch, spec.heads)

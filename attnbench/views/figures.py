@@ -2,21 +2,20 @@
 describes (its title parts), new figures, and the styling of log axes.
 
 Figures go to files only (the Agg backend, never a screen), in PNG, SVG or PDF by suffix.
+matplotlib is imported when a figure is drawn, not with this module: the commands check an
+output's suffix here (`PLOT_SUFFIXES`) long before, and most runs draw nothing. `plt`
+(`from attnbench.views.figures import plt`) is pyplot under the Agg backend.
 """
 
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 
-import matplotlib
 import pandas as pd
 
-matplotlib.use("Agg")  # files only, never a screen
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import LogFormatter, NullLocator, ScalarFormatter  # noqa: E402
-
-from attnbench.errors import UsageError  # noqa: E402
+from attnbench.errors import UsageError
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -136,9 +135,27 @@ def _constant(rows: pd.DataFrame, column: str) -> str:
 # ----------------------------------------------------------------------------- figures
 
 
+@cache
+def pyplot():
+    """matplotlib.pyplot, with the Agg backend chosen before its first import."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a screen
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
+
+
+def __getattr__(name: str):
+    """`plt` on first use (PEP 562), so importing this module does not load matplotlib."""
+    if name == "plt":
+        return pyplot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def new_figure(npanels: int, title: str, parts: list[str]):
     """A figure of `npanels` side by side, titled with the case parts below the title."""
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         1, npanels, figsize=(6 * npanels, 4.8), layout="constrained", squeeze=False
     )
     fig.suptitle(title + ("\n" + subtitle(parts, 40 * npanels) if parts else ""))
@@ -156,23 +173,31 @@ def subtitle(parts: list[str], width: int) -> str:
     return "\n".join(lines)
 
 
-class PlainLogFormatter(LogFormatter):
-    """Log ticks as plain numbers ("0.06", "10"), which read faster than 6e-02 or 10^1."""
+@cache
+def _plain_log_formatter() -> type:
+    """The formatter class, defined on first use since it derives from matplotlib's."""
+    from matplotlib.ticker import LogFormatter
 
-    def __call__(self, x, pos=None):
-        return f"{x:g}" if super().__call__(x, pos) else ""
+    class PlainLogFormatter(LogFormatter):
+        """Log ticks as plain numbers ("0.06", "10"), which read faster than 6e-02 or 10^1."""
+
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    return PlainLogFormatter
 
 
 def plain_log_ticks(axis, minor_thresholds: tuple[float, float] | None = None) -> None:
     """Plain-number major and minor tick labels on a log `axis` (ax.xaxis or ax.yaxis)."""
-    axis.set_major_formatter(PlainLogFormatter())
-    axis.set_minor_formatter(
-        PlainLogFormatter(labelOnlyBase=False, minor_thresholds=minor_thresholds)
-    )
+    formatter = _plain_log_formatter()
+    axis.set_major_formatter(formatter())
+    axis.set_minor_formatter(formatter(labelOnlyBase=False, minor_thresholds=minor_thresholds))
 
 
 def style_n_axis(ax, seqs) -> None:
     """Log-2 n axis with plain numbers at the measured lengths."""
+    from matplotlib.ticker import NullLocator, ScalarFormatter
+
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length n")  # image studies relabel it (plots._label_grid_axes)
     seqs = sorted(set(seqs))
