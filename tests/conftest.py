@@ -9,6 +9,8 @@ import pytest
 
 from attnbench.measure.ceilings import CACHE_ENV
 
+pytest.register_assert_rewrite("helpers")  # its asserts explain their failures too
+
 
 @pytest.fixture(scope="session", autouse=True)
 def ceilings_cache():

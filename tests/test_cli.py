@@ -11,7 +11,6 @@ import math
 import os
 import subprocess
 import sys
-import traceback
 import typing
 from pathlib import Path, PurePosixPath
 
@@ -20,8 +19,17 @@ import pandas as pd
 import pytest
 import torch
 import typer
+from helpers import (
+    assert_figure_file,
+    assert_ok,
+    assert_one_line_error,
+    invoke,
+    legend_texts,
+    runner,
+    saved_figures,
+    series,
+)
 from rich.console import Console
-from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
 import attnbench.results.formats as results_formats
@@ -34,36 +42,11 @@ from attnbench.measure.metrics import mean_radian
 from attnbench.results.schema import COLUMNS
 from attnbench.studies.exact import exact_softmax
 
-runner = CliRunner()
-
 TINY = ["--repeats", "2", "--min-time", "0", "--warmup", "1", "--heads", "1", "--dim", "8"]
 ALL_BACKENDS = ("softmax", "sdpa", "yoso", "yoso-e")
 TIME_METRICS = {"time_ms", "first_call_ms", "peak_mib"}
 VS_SOFTMAX = {"radian_vs_softmax", "rel_frobenius_vs_softmax", "max_abs_vs_softmax"}
 VS_SOFTMAX |= {"captured_mass_vs_softmax", "captured_mass_p5_vs_softmax", "tv_vs_softmax"}
-
-
-def invoke(*args):
-    return runner.invoke(cli.app, [str(a) for a in args])
-
-
-def assert_ok(result) -> None:
-    detail = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
-    assert result.exit_code == 0, f"{result.output}\n{detail}"
-    assert "Traceback" not in result.output
-
-
-def assert_one_line_error(result, needle: str = "") -> str:
-    """Exit 2, stderr exactly one non-empty `error: ...` line, no traceback anywhere."""
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    line = lines[0]
-    assert line.startswith("error: ") and line[len("error: ") :].strip(), line
-    assert "Traceback" not in result.output
-    assert needle in line
-    return line
 
 
 def base_name(spec: str) -> str:
@@ -311,16 +294,32 @@ def sample_count(text) -> int:
     ("source", "out"),
     [("r.csv", "fig.svg"), ("r.json", "fig.pdf"), ("r.csv", None)],
 )
-def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, source, out):
+def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, monkeypatch, source, out):
+    """The figure goes next to the file by default, and draws each backend's medians."""
     _, run_dir, _ = time_run
     saved = tmp_path / source
     saved.write_bytes((run_dir / source).read_bytes())
+    figures = saved_figures(monkeypatch)
     args = ["plot", saved] + (["--out", tmp_path / out] if out else [])
     result = invoke(*args)
     assert_ok(result)
     figure = tmp_path / (out or "r.png")
-    magic = {".svg": b"<?xml", ".pdf": b"%PDF", ".png": b"\x89PNG"}[figure.suffix]
-    assert figure.read_bytes().startswith(magic)
+    assert_figure_file(figure)
+    ((path, fig),) = figures
+    assert path == figure
+    runtime = fig.axes[0]
+    assert runtime.get_title() == "runtime"
+    rows = pd.read_csv(run_dir / "r.csv")
+    times = rows[(rows["metric"] == "time_ms") & (rows["status"] == "ok")].sort_values("seq")
+    expected = sorted(
+        [(float(n), round(t, 6)) for n, t in zip(group["seq"], group["value"], strict=True)]
+        for _, group in times.groupby("backend")
+    )
+    drawn = sorted(
+        [(n, round(t, 6)) for n, t in zip(*xy, strict=True)] for xy in series(runtime).values()
+    )
+    assert len(expected) == len(ALL_BACKENDS) and drawn == expected
+    assert legend_texts(fig)[: len(ALL_BACKENDS)] == list(series(runtime))
 
 
 @pytest.mark.parametrize("source", ["r.csv", "r.json"])

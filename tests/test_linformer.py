@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
+from helpers import assert_one_line_error, invoke
 
 import attnbench.backends.linformer as lin
 from attnbench import get_backend
-from tests.test_cli import assert_one_line_error, invoke
 
 
 def qkv(b=2, h=2, n=12, d=8, dv=3, seed=0, dtype=torch.float64):

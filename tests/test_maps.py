@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from helpers import assert_figure_file, saved_figures
 from typer.testing import CliRunner
 
 from attnbench import get_backend
@@ -34,14 +35,32 @@ def test_full_maps_and_one_query_maps_agree():
     assert torch.allclose(full["softmax"].sum(-1), torch.ones(42, dtype=torch.float64))
 
 
-def test_maps_command_writes_the_figure(tmp_path):
+def test_maps_command_writes_the_figure(tmp_path, monkeypatch):
+    """A panel per backend, lettered, each one query's map over the 8x8 key image with the
+    query marked, on one colour scale with a labelled bar."""
+    saved = saved_figures(monkeypatch)
     out = tmp_path / "m.png"
     result = CliRunner().invoke(
         app, ["maps", "--backends", "softmax,yoso-e", "--grid", "8x8", "--query", "3,4",
               "--inputs", "image:coins", "-o", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_figure_file(out)
+    ((path, fig),) = saved
+    assert path == out
+    assert "each row normalised to sum 1" in fig.get_suptitle()
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    assert [ax.get_title() for ax in panels] == ["(a) softmax", "(b) yoso-e"]
+    for ax in panels:
+        (image,) = ax.get_images()
+        weights = np.asarray(image.get_array())
+        assert weights.shape == (8, 8) and weights.sum() == pytest.approx(1.0)  # one query
+        (query,) = ax.get_lines()
+        assert (query.get_marker(), list(query.get_xydata()[0])) == ("x", [4.0, 3.0])
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("key x", "key y")
+    (bar,) = [ax for ax in fig.axes if not ax.get_images()]
+    assert bar.get_ylabel() == "share of the row's weight"
+    assert len({im.get_clim() for ax in panels for im in ax.get_images()}) == 1
 
 
 @pytest.mark.parametrize(
@@ -96,15 +115,15 @@ def _drawn(tmp_path, monkeypatch, maps: dict, **kwargs):
     from attnbench.results.schema import Row
     from attnbench.views import maps as figure
 
-    saved = {}
-    monkeypatch.setattr(figure, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
+    saved = saved_figures(monkeypatch)
     case = dict(study="maps", impl="torch", device="cpu", dtype="float32", mode="fwd",
                 inputs="blobs", batch=1, heads=1, seq=64, dim=4,
                 metric="attention_map")  # fmt: skip
     rows = [Row(backend=label, array=amap, **case) for label, amap in maps.items()]
     rows.insert(1, Row(backend="c", status="error", reason="no map", **case))  # no panel
     figure.plot_maps(rows, "t", tmp_path / "m.png", **kwargs)
-    fig = saved["fig"]
+    ((path, fig),) = saved
+    assert_figure_file(path)
     images = [im for ax in fig.axes for im in ax.get_images()]
     (bar,) = [ax for ax in fig.axes if ax.get_ylabel() and not ax.get_images()]
     return fig, images, bar.get_ylabel()
@@ -165,7 +184,7 @@ def test_maps_draw_a_file_and_refuse_a_grid_longer_than_it(tmp_path):
     args = ["maps", "--backends", "softmax", "--inputs", str(qkv), "-o", str(out)]
     result = CliRunner().invoke(app, [*args, "--grid", "8x8"])
     assert result.exit_code == 0, result.output
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_figure_file(out)
     out.unlink()
     result = CliRunner().invoke(app, [*args, "--grid", "1x128"])
     assert result.exit_code == 2, result.output

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import assert_one_line_error, invoke
 
 import attnbench.backends.nystromformer as nys
 from attnbench import get_backend
 from attnbench.cli import app
-from tests.test_cli import assert_one_line_error, invoke
 
 
 def qkv(b=2, h=2, n=16, d=8, dv=3, seed=0, dtype=torch.float64, scale=1.0):

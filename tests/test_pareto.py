@@ -9,11 +9,14 @@ import random
 
 import pandas as pd
 import pytest
+from helpers import assert_figure_file, legend_texts, saved_figures, series
+from matplotlib.colors import to_hex
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
 from attnbench.errors import UsageError
-from attnbench.views.pareto import DEFAULT_METRIC, pareto_front, pareto_points
+from attnbench.views.labels import backend_label
+from attnbench.views.pareto import DEFAULT_METRIC, pareto_front, pareto_points, plot_pareto
 
 runner = CliRunner()
 
@@ -107,6 +110,39 @@ def test_refuses_several_cases_of_one_backend():
         pareto_points(twice, ERRORS, seq=64)
 
 
+def test_the_figure_draws_each_point_with_its_bars_and_joins_the_front(tmp_path, monkeypatch):
+    """A marker per backend at (median time, error) with its p10-p90 and ± std bars, blue
+    circles on the front and grey squares off it, each named, the front a step line."""
+    saved = saved_figures(monkeypatch)
+    times = TIMES.assign(p10=TIMES["value"] * 0.8, p90=TIMES["value"] * 1.5)
+    points = pareto_points(times, ERRORS.assign(std=0.01), seq=64)
+    plot_pareto(points, tmp_path / "p.svg")
+    ((path, fig),) = saved
+    assert path == tmp_path / "p.svg"
+    assert_figure_file(path)
+    assert fig.get_suptitle().startswith("Approximation error vs runtime at n = 64\n")
+    assert "cpu · float32 · fwd · clustered inputs" in fig.get_suptitle()
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "time per call (ms), median with p10–p90 bar"
+    assert ax.get_ylabel() == "mean angle to softmax, mean ± std over trials"
+    drawn = {}
+    for bars, text in zip(ax.containers, ax.texts, strict=True):
+        marker, _, (xbar, ybar) = bars.lines
+        ((x, y),) = marker.get_xydata()
+        assert text.xy == (x, y)
+        drawn[text.get_text()] = (x, y, marker.get_marker(), to_hex(marker.get_color()))
+        assert xbar.get_segments()[0].ravel() == pytest.approx([0.8 * x, y, 1.5 * x, y])
+        assert ybar.get_segments()[0].ravel() == pytest.approx([x, y - 0.01, x, y + 0.01])
+    blue, grey = to_hex("C0"), to_hex("0.55")
+    assert drawn == {
+        "a": (1.0, 0.5, "o", blue), "b": (2.0, 0.1, "o", blue), "c": (3.0, 0.2, "s", grey),
+    }  # fmt: skip
+    front = "Pareto front (no backend both faster and closer)"
+    assert series(ax) == {front: ([1.0, 2.0], [0.5, 0.1])}
+    assert legend_texts(fig) == [front]  # no point is unstable: no hollow entry
+
+
 BACKENDS = "softmax,yoso-8,performer:features=8,longformer:window=4,linformer:k=8"
 SMALL = ["--heads", "1", "--dim", "8", "--inputs", "clustered", "--backends", BACKENDS]
 
@@ -125,12 +161,13 @@ def studies(tmp_path_factory):
     return time_csv, error_csv
 
 
-def test_pareto_command_draws_every_backend_in_both_files(studies, tmp_path):
+def test_pareto_command_draws_every_backend_in_both_files(studies, tmp_path, monkeypatch):
     time_csv, error_csv = studies
     png = tmp_path / "p.png"
+    saved = saved_figures(monkeypatch)
     result = runner.invoke(cli.app, ["pareto", str(time_csv), str(error_csv), "-o", str(png)])
     assert result.exit_code == 0, result.output
-    assert png.read_bytes().startswith(b"\x89PNG")
+    assert_figure_file(png)
     assert "n=32" in result.output
     for label in ("softmax", "yoso-8", "performer", "longformer", "linformer"):
         assert label in result.output
@@ -138,6 +175,14 @@ def test_pareto_command_draws_every_backend_in_both_files(studies, tmp_path):
     assert len(points) == 5
     exact = points.set_index("backend").loc["softmax", "error"]
     assert exact < 1e-5 and points["error"].max() > 0.01  # the approximations do differ
+    ((path, fig),) = saved
+    assert path == png
+    assert fig.get_suptitle().startswith("Approximation error vs runtime at n = 32\n")
+    drawn = {t.get_text(): t.xy for t in fig.axes[0].texts}
+    expected = {backend_label(b): (t, e) for b, t, e in
+                points[["backend", "time_ms", "error"]].itertuples(index=False)}  # fmt: skip
+    assert drawn.keys() == expected.keys()
+    assert all(drawn[label] == pytest.approx(expected[label]) for label in expected)
 
 
 @pytest.mark.parametrize(
@@ -161,22 +206,16 @@ def test_pareto_mistakes_are_one_line_errors(studies, tmp_path, monkeypatch, arg
 
 
 def test_a_point_whose_time_was_flagged_unstable_is_drawn_hollow(tmp_path, monkeypatch):
-    import matplotlib.pyplot as plt
-
-    import attnbench.views.pareto as pareto
-
-    saved = {}
-    monkeypatch.setattr(pareto, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
-    monkeypatch.setattr(plt, "close", lambda fig: None)
+    saved = saved_figures(monkeypatch)
     times = TIMES.assign(stable=[True, False, True, True, True, True])  # b at n=64
     points = pareto_points(times, ERRORS, seq=64)
     assert points.set_index("backend")["unstable"].to_dict() == {"a": False, "b": True, "c": False}
-    pareto.plot_pareto(points, tmp_path / "p.png")
-    ax = saved["fig"].axes[0]
+    plot_pareto(points, tmp_path / "p.png")
+    ((_, fig),) = saved
+    ax = fig.axes[0]
     faces = {line.get_markerfacecolor() for line in ax.get_lines() if len(line.get_xdata())}
     assert "white" in faces
-    labels = [t.get_text() for t in saved["fig"].legends[0].get_texts()]
-    assert any(label.startswith("hollow: flagged unstable") for label in labels)
+    assert any(label.startswith("hollow: flagged unstable") for label in legend_texts(fig))
     right = ax.get_xlim()[1]
     assert right >= 2 * points["time_ms"].max()  # room for the last label
 
@@ -199,17 +238,11 @@ def test_a_magnitude_error_leaves_out_backends_with_unit_output_rows():
 
 def test_a_zero_error_point_is_drawn_whole_inside_the_axes(tmp_path, monkeypatch):
     """An exact backend (sdpa, error 0) was drawn on the frame's bottom edge, half cut off."""
-    import matplotlib.pyplot as plt
-
-    import attnbench.views.pareto as pareto
-
-    saved = {}
-    monkeypatch.setattr(pareto, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
-    monkeypatch.setattr(plt, "close", lambda fig: None)
+    saved = saved_figures(monkeypatch)
     times = rows("time", "time_ms", [("sdpa", 64, 1.0), ("a", 64, 0.5), ("b", 64, 0.7)])
     errors = rows("error", DEFAULT_METRIC, [("sdpa", 64, 0.0), ("a", 64, 0.9), ("b", 64, 0.3)])
-    pareto.plot_pareto(pareto_points(times, errors), tmp_path / "p.png")
-    fig = saved["fig"]
+    plot_pareto(pareto_points(times, errors), tmp_path / "p.png")
+    ((_, fig),) = saved
     fig.canvas.draw()
     ax = fig.axes[0]
     marker = next(ln for ln in ax.get_lines() if list(ln.get_ydata()) == [0.0])

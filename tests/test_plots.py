@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
+from helpers import assert_figure_file, legend_texts, saved_figures, series
+from matplotlib.colors import to_hex
 
 from attnbench.results.read import read_rows
 from attnbench.results.schema import Row, rows_frame
@@ -77,54 +80,142 @@ def _error_rows(with_softmax: bool = True) -> list[Row]:
     return rows
 
 
-def _check_file(path) -> None:
-    data = path.read_bytes()
-    assert data
-    if path.suffix == ".png":
-        assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    elif path.suffix == ".svg":
-        assert b"<svg" in data
-    else:
-        assert data.startswith(b"%PDF")
+def _drawn(monkeypatch, tmp_path, rows, suffix=".png", env=None):
+    """The figure plot_results saves of `rows`, after checking it wrote its file."""
+    saved = saved_figures(monkeypatch)
+    path = tmp_path / f"figure{suffix}"
+    plot_results(rows if isinstance(rows, pd.DataFrame) else rows_frame(rows), path, env)
+    ((written, fig),) = saved
+    assert written == path
+    assert_figure_file(path)
+    return fig
+
+
+def _band(ax, color) -> tuple[float, float]:
+    """The lowest and highest y of the shaded band drawn in `color` on `ax`."""
+    (band,) = [c for c in ax.collections if to_hex(c.get_facecolor()[0]) == to_hex(color)]
+    ys = [y for path in band.get_paths() for _, y in path.vertices]
+    return min(ys), max(ys)
+
+
+def _colours(ax) -> dict[str, str]:
+    """label -> colour of each labelled line of `ax`."""
+    return {
+        line.get_label(): to_hex(line.get_color())
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
+
+
+CASE = "cpu · float32 · fwd · random inputs · batch×heads = 2×4 · dim = 64"
 
 
 @pytest.mark.parametrize("suffix", PLOT_SUFFIXES)
-def test_time_figure_every_format(tmp_path, suffix):
-    path = tmp_path / f"time{suffix}"
-    plot_results(rows_frame(_time_rows()), path)
-    _check_file(path)
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left behind
+def test_time_figure_every_format(monkeypatch, tmp_path, suffix):
+    """Runtime and memory panels, a line per backend through its rows' medians, a p10-p90
+    band per timed backend, the failed case and the dropped zero named."""
+    fig = _drawn(monkeypatch, tmp_path, _time_rows(), suffix)
+    assert [p.name for p in tmp_path.iterdir()] == [f"figure{suffix}"]  # no temp file left
+    assert fig.get_suptitle() == f"Runtime and peak memory vs sequence length\n{CASE}"
+    runtime, memory = fig.axes
+    assert [runtime.get_title(), memory.get_title()] == ["runtime", "peak memory"]
+    assert runtime.get_ylabel() == "time (ms), median with p10–p90 band"
+    assert memory.get_ylabel() == "peak memory (MiB)"
+    for ax in (runtime, memory):
+        assert ax.get_xlabel() == "sequence length n"
+        assert ax.get_xscale() == ax.get_yscale() == "log"
+    seqs = [float(n) for n in SEQS]
+    assert series(runtime) == {
+        "yoso-8": (seqs, [0.5 * n / 100 for n in SEQS]),
+        "sdpa": (seqs, [n / 100 for n in SEQS]),
+        "softmax": ([256.0], [3.0]),
+    }
+    assert series(memory) == {  # softmax's 0 MiB is off the log axis, and said so
+        "yoso-8": (seqs, [0.5 * n / 10 for n in SEQS]),
+        "sdpa": (seqs, [n / 10 for n in SEQS]),
+    }
+    assert [t.get_text() for t in memory.texts] == ["1 point(s) ≤ 0 MiB not shown (log axis)"]
+    colours = _colours(runtime)
+    assert len(set(colours.values())) == 3
+    assert _colours(memory) == {k: colours[k] for k in ("yoso-8", "sdpa")}  # same in each panel
+    assert len(runtime.collections) == 2 and not memory.collections  # softmax has no p10/p90
+    assert _band(runtime, colours["sdpa"]) == pytest.approx((0.9 * 2.56, 1.2 * 10.24))
+    assert _band(runtime, colours["yoso-8"]) == pytest.approx((0.9 * 1.28, 1.2 * 5.12))
+    assert legend_texts(fig) == ["yoso-8", "sdpa", "softmax", "out of memory"]
+
+
+M_LABELS = ["m=8", "m=16", "m=32"]
 
 
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 @pytest.mark.parametrize("with_softmax", [True, False])
-def test_error_figure(tmp_path, suffix, with_softmax):
-    path = tmp_path / f"error{suffix}"
-    plot_results(rows_frame(_error_rows(with_softmax)), path)
-    _check_file(path)
+def test_error_figure(monkeypatch, tmp_path, suffix, with_softmax):
+    """A panel per reference, a line per m through the rows' means with a ± std band, and
+    the error-vs-m panel last."""
+    fig = _drawn(monkeypatch, tmp_path, _error_rows(with_softmax), suffix)
+    assert fig.get_suptitle() == f"Approximation error vs sequence length\n{CASE}"
+    *by_n, by_m = fig.axes
+    targets = ["YOSO-E", "exact softmax"] if with_softmax else ["YOSO-E"]
+    assert [ax.get_title() for ax in by_n] == [f"vs {t}, mean ± std over trials" for t in targets]
+    assert [ax.get_ylabel() for ax in by_n] == [f"mean angle to {t} (rad)" for t in targets]
+    assert by_m.get_title() == "vs m, log-log, a line per n"
+    assert by_m.get_xlabel() == "number of hashes m"
+    seqs = [float(n) for n in SEQS]
+    offsets = [0.0, 0.5] if with_softmax else [0.0]
+    for ax, offset in zip(by_n, offsets, strict=True):
+        assert ax.get_xlabel() == "sequence length n"
+        assert series(ax) == {
+            f"m={m}": (seqs, [offset + 1 / m] * len(SEQS)) for m in (8, 16, 32)
+        }  # fmt: skip
+        assert len(ax.collections) == 3  # a ± std band per line
+        spread = 0.1 / 8 if offset == 0 else 0.05
+        assert _band(ax, _colours(ax)["m=8"]) == pytest.approx(
+            (offset + 1 / 8 - spread, offset + 1 / 8 + spread)
+        )
+    assert legend_texts(fig) == M_LABELS
+    assert fig.legends[0].get_title().get_text() == "m=… stands for yoso:m=…,tau=8,seed=0"
 
 
-def test_error_figure_with_only_softmax_rows(tmp_path):
+def test_error_figure_with_only_softmax_rows(monkeypatch, tmp_path):
+    """No angle to YOSO-E: one panel vs softmax, and no error-vs-m panel."""
     rows = [r for r in _error_rows() if r.metric != "radian_vs_yoso_e"]
-    path = tmp_path / "error.png"
-    plot_results(rows_frame(rows), path)
-    _check_file(path)
+    fig = _drawn(monkeypatch, tmp_path, rows)
+    (ax,) = fig.axes
+    assert ax.get_title() == "vs exact softmax, mean ± std over trials"
+    assert ax.get_ylabel() == "mean angle to exact softmax (rad)"
+    seqs = [float(n) for n in SEQS]
+    assert series(ax) == {f"m={m}": (seqs, [0.5 + 1 / m] * len(SEQS)) for m in (8, 16, 32)}
+    assert legend_texts(fig) == M_LABELS
 
 
-def test_varying_case_columns_still_plot(tmp_path):
+def test_varying_case_columns_still_plot(monkeypatch, tmp_path):
+    """A column that varies leaves the title and names each line's case in its label."""
     rows = _time_rows() + [_row("time", "sdpa", s, "time_ms", s / 50, dim=128) for s in SEQS]
-    path = tmp_path / "time.png"
-    plot_results(rows_frame(rows), path)
-    _check_file(path)
+    fig = _drawn(monkeypatch, tmp_path, rows)
+    assert "dim" not in fig.get_suptitle() and "batch×heads = 2×4" in fig.get_suptitle()
+    seqs = [float(n) for n in SEQS]
+    lines = series(fig.axes[0])
+    assert lines["sdpa (dim=128)"] == (seqs, [n / 50 for n in SEQS])
+    assert lines["sdpa (dim=64)"] == (seqs, [n / 100 for n in SEQS])
+    assert set(lines) == {"yoso-8 (dim=64)", "sdpa (dim=128)", "sdpa (dim=64)", "softmax (dim=64)"}
+    assert legend_texts(fig) == [*lines, "out of memory"]
 
 
-def test_csv_round_trip(tmp_path):
+def _drawing(fig) -> tuple:
+    """What a figure shows: its title, and each panel's titles, labels and lines."""
+    panels = tuple(
+        (ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), series(ax)) for ax in fig.axes
+    )  # fmt: skip
+    return fig.get_suptitle(), panels, legend_texts(fig)
+
+
+def test_csv_round_trip(monkeypatch, tmp_path):
+    """A figure drawn from a saved CSV is the one drawn from the rows themselves."""
     for name, rows in (("time", _time_rows()), ("error", _error_rows())):
         csv = tmp_path / f"{name}.csv"
         rows_frame(rows).to_csv(csv, index=False)
-        path = tmp_path / f"{name}.svg"
-        plot_results(read_rows(csv), path)
-        _check_file(path)
+        direct = _drawing(_drawn(monkeypatch, tmp_path, rows, ".svg"))
+        assert _drawing(_drawn(monkeypatch, tmp_path, read_rows(csv), ".svg")) == direct
 
 
 def test_bad_extension(tmp_path):
@@ -178,14 +269,8 @@ def test_grid_inputs_in_the_title_without_their_size(inputs, title):
 
 
 def _figure_of(monkeypatch, tmp_path, rows, env=None):
-    """The figure plot_results would save, kept open for inspection."""
-    import attnbench.views.plots as plots
-
-    saved = {}
-    monkeypatch.setattr(plots, "atomic_save", lambda fig, path: saved.setdefault("fig", fig))
-    monkeypatch.setattr(plt, "close", lambda fig: None)
-    plot_results(rows_frame(rows), tmp_path / "f.png", env)
-    return saved["fig"]
+    """The figure plot_results saves of `rows`."""
+    return _drawn(monkeypatch, tmp_path, rows, env=env)
 
 
 def test_subtitle_names_device_threads_and_inputs(monkeypatch, tmp_path):
