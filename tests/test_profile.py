@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 from attnbench.backends import backend_classes, get_backend
 from attnbench.backends.cost import DENSE_FACTOR, Cost, Shape, dense_equivalent
+from attnbench.case import MODES
 from attnbench.cli import core
 from attnbench.measure import stageclock
 from attnbench.measure.ceilings import Ceilings, Level
 from attnbench.measure.profiling import device_stage_ms
 from attnbench.measure.roofline import bound_of, call_throughput, throughput
 from attnbench.measure.stageclock import clocked
-from attnbench.run.case import MODES
 from attnbench.run.runner import run
 from attnbench.studies.profile import OTHER, ProfileSpec
 

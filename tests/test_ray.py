@@ -29,13 +29,13 @@ ray = pytest.importorskip("ray")
 from ray import cloudpickle  # noqa: E402
 
 from attnbench.backends import get_backend  # noqa: E402
+from attnbench.case import Case  # noqa: E402
 from attnbench.cli import app  # noqa: E402
 from attnbench.errors import UsageError  # noqa: E402
 from attnbench.inputs import Inputs  # noqa: E402
 from attnbench.results import sink as result_sink  # noqa: E402
 from attnbench.results.read import read_rows  # noqa: E402
 from attnbench.run import runner  # noqa: E402
-from attnbench.run.case import Case  # noqa: E402
 from attnbench.run.ray_cluster import Cluster  # noqa: E402
 from attnbench.run.ray_executor import RayPool  # noqa: E402
 from attnbench.run.study import Cases, Measure, case_row  # noqa: E402

@@ -17,13 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.backends import get_backend
+from attnbench.case import Case
 from attnbench.cli import app
 from attnbench.cli.profiles import profile_argv
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.measure import hardware
 from attnbench.run import runner
-from attnbench.run.case import Case
 from attnbench.run.ray_cluster import plan_workers
 from attnbench.run.ray_worker import own_ceilings, runs
 from attnbench.run.study import Cases, Measure, case_row

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from attnbench.backends import get_backend
 from attnbench.backends.registry import Backend
+from attnbench.case import Case, CaseInputs
 from attnbench.cli import app
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
@@ -26,8 +27,7 @@ from attnbench.inputs.generated import RandomInputs
 from attnbench.measure import memory
 from attnbench.results.schema import record
 from attnbench.run import executors, runner
-from attnbench.run.case import Case
-from attnbench.run.executors import CaseInputs, InProcess
+from attnbench.run.executors import InProcess
 from attnbench.run.study import Cases, Measure, case_row
 
 SEEN: list[str] = []  # cases a measurement ran in this process

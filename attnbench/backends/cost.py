@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from attnbench.run.case import Case
+    from attnbench.case import Case
 
 # dense-equivalent work of each mode, relative to the forward pass
 DENSE_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}

@@ -24,7 +24,7 @@ from attnbench.errors import UsageError
 from attnbench.measure import is_cuda, stageclock
 
 if TYPE_CHECKING:
-    from attnbench.run.case import Case
+    from attnbench.case import Case
 
 ENTRY_POINT_GROUP = "attnbench.backends"
 

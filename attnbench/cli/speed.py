@@ -2,10 +2,10 @@
 
 import typer
 
+from attnbench.case import MODES
 from attnbench.cli import core, options, shared
 from attnbench.errors import UsageError
 from attnbench.measure import DEFAULT_MIN_TIME_S
-from attnbench.run.case import MODES
 
 DEFAULT_BACKENDS = "softmax,sdpa,yoso-e,yoso-32"
 DEFAULT_ROUNDS = 5

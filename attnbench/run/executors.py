@@ -18,62 +18,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
+from attnbench.case import Case, CaseInputs
 from attnbench.measure import is_cuda
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
 from attnbench.run.study import Measure, status_row
 
 # The CPU allocator's out-of-memory is a plain RuntimeError; these phrases name it.
 OOM_PHRASES = ("can't allocate memory", "out of memory")
-
-
-class CaseInputs:
-    """q, k, v of the current case's layout for any seed, built on first use and kept while
-    cases of the same layout follow (a study's backends share one set of inputs)."""
-
-    def __init__(self) -> None:
-        self._layout: tuple | None = None
-        self._memo: dict = {}
-        self.case: Case | None = None
-
-    def bind(self, case: Case) -> CaseInputs:
-        layout = (
-            case.inputs.kind, case.inputs.dim, case.n, case.grid, case.batch, case.heads,
-            case.dim, case.dtype, case.device,
-        )  # fmt: skip
-        if layout != self._layout:
-            self._layout, self._memo = layout, {}  # the previous layout's tensors are freed
-        self.case = case
-        return self
-
-    def __call__(self, seed: int | None = None) -> list[torch.Tensor]:
-        """q, k, v drawn with `seed` (default: the case's); an image is repeated over the
-        case's batch and heads."""
-        case = self.case
-        seed = case.seed if seed is None else seed
-        return self.memo(("qkv", seed), lambda: _make_qkv(case, seed))
-
-    def memo(self, key, make: Callable[[], Any]) -> Any:
-        """`make()` once per layout and key: what several cases derive from the same inputs."""
-        if key not in self._memo:
-            self._memo[key] = make()
-        return self._memo[key]
-
-    def clear(self) -> None:
-        self._layout, self._memo = None, {}
-
-
-def _make_qkv(case: Case, seed: int) -> list[torch.Tensor]:
-    qkv = case.inputs.make(case.n, seed, case.torch_dtype, case.device, case.grid)
-    if case.inputs.on_grid and (case.batch, case.heads) != (1, 1):
-        qkv = [t.expand(case.batch, case.heads, -1, -1).contiguous() for t in qkv]
-    return qkv
 
 
 def classify(exc: BaseException) -> tuple[str, str]:

@@ -14,10 +14,10 @@ import dataclasses
 from collections.abc import Iterator
 from functools import partial
 
+from attnbench.case import Case, CaseInputs
 from attnbench.measure import is_cuda
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
-from attnbench.run.executors import CaseInputs, run_case, run_cases
+from attnbench.run.executors import run_case, run_cases
 from attnbench.run.placement import Placement, here
 from attnbench.run.runner import skip_reason
 from attnbench.run.study import Measure, status_row

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from attnbench.case import Case
 from attnbench.errors import UsageError
 from attnbench.measure.memory import available_bytes
 from attnbench.results.schema import Row, row_from_record
-from attnbench.run.case import Case
 from attnbench.run.executors import EXECUTORS, Executor
 from attnbench.run.placement import here, spread
 from attnbench.run.study import Study, status_row

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from attnbench.case import Case, CaseInputs
 from attnbench.results.schema import Row
-
-if TYPE_CHECKING:
-    from attnbench.run.case import Case
-    from attnbench.run.executors import CaseInputs
 
 
 @dataclass(frozen=True)

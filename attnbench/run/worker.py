@@ -28,9 +28,10 @@ def die_with_parent(parent: int) -> None:
 
 def main(job: str, out: str, parent: str) -> None:
     die_with_parent(int(parent))
+    from attnbench.case import CaseInputs
     from attnbench.measure.allocator import steady_allocator
     from attnbench.measure.threads import set_threads
-    from attnbench.run.executors import CaseInputs, rows_to_json, run_case, run_cases
+    from attnbench.run.executors import rows_to_json, run_case, run_cases
     from attnbench.run.placement import here
 
     cases, measure, threads, steady = pickle.loads(Path(job).read_bytes())

@@ -39,6 +39,7 @@ import torch
 from attnbench.backends import Backend, get_backend
 from attnbench.backends.rowblocks import by_rows, planes_of, row_blocks
 from attnbench.backends.softmax import softmax_weights
+from attnbench.case import Case, CaseInputs
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs, Source
 from attnbench.measure.gradients import DrawStats, draw_statistics
@@ -53,8 +54,6 @@ from attnbench.measure.metrics import (
     total_variation,
 )
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
-from attnbench.run.executors import CaseInputs
 from attnbench.run.runner import HEADROOM, no_room
 from attnbench.run.study import Measure, Study, case_row
 from attnbench.studies import gradients

@@ -13,10 +13,10 @@ import torch
 
 from attnbench.backends import Backend
 from attnbench.backends.rowblocks import planes_of, row_blocks
+from attnbench.case import Case
 from attnbench.measure.gradients import DrawStats, cosine, pooled_bias, pooled_noise
 from attnbench.measure.metrics import rel_frobenius
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
 from attnbench.run.study import case_row
 from attnbench.studies.exact import softmax_attention
 

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from attnbench.backends import Backend
+from attnbench.case import Case, CaseInputs
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
-from attnbench.run.executors import CaseInputs
 from attnbench.run.study import Measure, Study, case_row
 
 MAX_TOKENS = 4096  # dense maps are n x n

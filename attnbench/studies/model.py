@@ -43,14 +43,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbench.backends import Backend
+from attnbench.case import Case, CaseInputs
 from attnbench.inputs import Inputs
 from attnbench.measure import DEFAULT_MAX_SPREAD, conditions, is_cuda
 from attnbench.measure.memory import available_bytes, peak_memory
 from attnbench.measure.timing import sample_spread
 from attnbench.nn.encoder import Block, ModelConfig
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
-from attnbench.run.executors import CaseInputs, classify, release_memory
+from attnbench.run.executors import classify, release_memory
 from attnbench.run.runner import HEADROOM
 from attnbench.run.study import Measure, Study, case_row
 

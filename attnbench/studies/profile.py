@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from attnbench.backends.cost import Cost, Shape
+from attnbench.case import Case, CaseInputs
 from attnbench.errors import UsageError
 from attnbench.measure import is_cuda
 from attnbench.measure.ceilings import Ceilings
@@ -33,8 +34,6 @@ from attnbench.measure.profiling import device_stage_ms, export_trace, profiled,
 from attnbench.measure.roofline import call_throughput
 from attnbench.measure.stageclock import clocked
 from attnbench.results.schema import Row
-from attnbench.run.case import Case
-from attnbench.run.executors import CaseInputs
 from attnbench.run.study import Measure, case_row
 from attnbench.studies import time as time_study
 

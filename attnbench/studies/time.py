@@ -23,6 +23,7 @@ import torch
 
 from attnbench.backends import Backend
 from attnbench.backends.cost import Shape, dense_equivalent
+from attnbench.case import MODES, Case, CaseInputs
 from attnbench.inputs import Inputs, Source
 from attnbench.measure import conditions
 from attnbench.measure.ceilings import Ceilings
@@ -32,8 +33,7 @@ from attnbench.measure.rounds import paired_speedup, round_medians
 from attnbench.measure.telemetry import GpuTelemetry
 from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, Timer, Timing
 from attnbench.results.schema import Row
-from attnbench.run.case import MODES, Case
-from attnbench.run.executors import CaseInputs, classify, release_memory
+from attnbench.run.executors import classify, release_memory
 from attnbench.run.study import Measure, Study, case_row
 
 __all__ = ["MODES", "TimeSpec", "measure"]
