@@ -23,7 +23,7 @@ import attnbench
 from attnbench.backends import get_backend, parse_backends
 from attnbench.measure.allocator import steady_allocator
 from attnbench.run.runner import run
-from attnbench.studies.time import TimeSpec
+from attnbench.studies.time import TimeStudy
 
 N = 256
 
@@ -42,7 +42,7 @@ def samples_ms(rows) -> float:
 
 def sweep(repeats: int, warmup: int) -> tuple[float, float, int]:
     """(wall ms, samples ms, cases) of one sweep of softmax and sdpa at N."""
-    spec = TimeSpec(
+    spec = TimeStudy(
         seqs=[N],
         backends=parse_backends("softmax,sdpa"),
         baseline=get_backend("sdpa"),

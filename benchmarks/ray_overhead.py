@@ -26,7 +26,7 @@ from attnbench.backends import get_backend
 from attnbench.measure.allocator import steady_allocator
 from attnbench.measure.threads import set_threads
 from attnbench.run import runner
-from attnbench.studies.time import TimeSpec
+from attnbench.studies.time import TimeStudy
 
 
 def main(
@@ -46,8 +46,8 @@ def main(
     specs = [s.strip() for s in backends.split(",")]
     lengths = [128 + 64 * i for i in range(max(1, cases // len(specs)))]
 
-    def spec() -> TimeSpec:
-        return TimeSpec(
+    def spec() -> TimeStudy:
+        return TimeStudy(
             seqs=lengths, backends=[get_backend(s) for s in specs], heads=heads, dim=dim,
             repeats=repeats, warmup=warmup, min_time=min_time, rounds=rounds,
             baseline=get_backend(specs[0]),

@@ -7,6 +7,7 @@ import torch
 from attnbench import get_backend
 from attnbench.backends import rowblocks
 from attnbench.backends.registry import Backend
+from attnbench.backends.rowblocks import by_rows, row_blocks
 from attnbench.backends.softmax import softmax_weights
 from attnbench.backends.sparse import SparseStrided
 from attnbench.inputs import Inputs, grid_qkv
@@ -14,8 +15,8 @@ from attnbench.kernels.patchmatch import reference
 from attnbench.measure.metrics import argmax_hit_rate, map_metrics, recall_at_k
 from attnbench.run import runner
 from attnbench.studies import error
-from attnbench.studies.error import ErrorSpec
-from attnbench.studies.exact import by_rows, exact_softmax, row_blocks
+from attnbench.studies.error import ErrorStudy
+from attnbench.studies.exact import exact_softmax
 
 GRID = (7, 9)  # odd, non-square: blocks end mid-row of the image
 N = GRID[0] * GRID[1]
@@ -114,7 +115,7 @@ class WholeMapStrided(SparseStrided):
 def run_rows(free_bytes, monkeypatch, backends):
     monkeypatch.setattr(error, "available_bytes", lambda device: free_bytes)
     monkeypatch.setattr(runner, "available_bytes", lambda device: free_bytes)
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[], grids=[GRID], hashes=[8], trials=2, mc_seeds=1,
         inputs=Inputs("blobs", 1, 1, 3), backends=backends,
     )  # fmt: skip

@@ -18,7 +18,7 @@ from attnbench.inputs import Inputs
 from attnbench.measure.gradients import cosine, draw_statistics, pooled_bias, pooled_noise
 from attnbench.run import runner
 from attnbench.studies import gradients
-from attnbench.studies.error import ErrorSpec
+from attnbench.studies.error import ErrorStudy
 from attnbench.views.pareto import pareto_points
 
 cli_runner = CliRunner()
@@ -124,7 +124,7 @@ def test_the_upstream_gradient_is_fixed_by_the_seed_and_apart_from_the_inputs():
 
 
 def test_exact_backends_read_zero_gradient_error_against_softmax_and_themselves():
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[16], trials=2, mc_seeds=1, inputs=Inputs("clustered", 1, 2, 8), mode="fwdbwd",
         backends=[get_backend("softmax"), get_backend("sdpa")],
     )  # fmt: skip
@@ -137,7 +137,7 @@ def test_exact_backends_read_zero_gradient_error_against_softmax_and_themselves(
             assert found[f"grad_cos_{g}_vs_softmax"] == pytest.approx(1.0, abs=1e-9)
         assert "radian_vs_softmax" in found  # the forward rows stay
     exact = "yoso-e:backward=exact"
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[16], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 1, 8), mode="fwdbwd",
         backends=[get_backend(exact)], reference=exact,
     )  # fmt: skip
@@ -146,7 +146,7 @@ def test_exact_backends_read_zero_gradient_error_against_softmax_and_themselves(
 
 
 def test_a_stochastic_backend_gets_bias_and_noise_rows_with_standard_errors():
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[16], trials=2, mc_seeds=4, inputs=Inputs("clustered", 1, 1, 8), mode="fwdbwd",
         backends=[get_backend("yoso:m=8,backward=lsh")], reference="yoso-e:backward=lower",
     )  # fmt: skip
@@ -162,14 +162,14 @@ def test_a_stochastic_backend_gets_bias_and_noise_rows_with_standard_errors():
 def test_fwdbwd_needs_a_backward_in_every_backend_and_the_reference():
     inputs = Inputs("random", 1, 1, 8)
     with pytest.raises(UsageError, match="scram has no backward"):
-        ErrorSpec(seqs=[16], inputs=inputs, mode="fwdbwd", backends=[get_backend("scram")])
+        ErrorStudy(seqs=[16], inputs=inputs, mode="fwdbwd", backends=[get_backend("scram")])
     with pytest.raises(UsageError, match="--reference scram has no backward"):
-        ErrorSpec(
+        ErrorStudy(
             seqs=[16], inputs=inputs, mode="fwdbwd", backends=[get_backend("softmax")],
             reference="scram",
         )  # fmt: skip
     # the forward study compares them as before
-    ErrorSpec(seqs=[16], inputs=inputs, backends=[get_backend("scram")])
+    ErrorStudy(seqs=[16], inputs=inputs, backends=[get_backend("scram")])
 
 
 def one_error_line(result) -> str:

@@ -10,7 +10,7 @@ from attnbench import get_backend
 from attnbench.backends import Backend
 from attnbench.cli import app
 from attnbench.run.runner import run
-from attnbench.studies.maps import MapsSpec
+from attnbench.studies.maps import MapsStudy
 
 
 def attention_maps(spec, failed=None):
@@ -26,8 +26,8 @@ def attention_maps(spec, failed=None):
 
 def test_full_maps_and_one_query_maps_agree():
     backends = [get_backend("softmax"), get_backend("yoso-16")]
-    full = attention_maps(MapsSpec(backends, source="blobs", grid=(6, 7), dim=3))
-    one = attention_maps(MapsSpec(backends, source="blobs", grid=(6, 7), dim=3, query=(2, 5)))
+    full = attention_maps(MapsStudy(backends, source="blobs", grid=(6, 7), dim=3))
+    one = attention_maps(MapsStudy(backends, source="blobs", grid=(6, 7), dim=3, query=(2, 5)))
     assert set(full) == set(one) == {"softmax", "yoso-16"}
     assert full["softmax"].shape == (42, 42) and one["softmax"].shape == (6, 7)
     for label in full:
@@ -93,7 +93,7 @@ class NoMap(Backend):
 
 def test_a_backend_without_a_map_gets_a_status_row_and_the_others_are_drawn():
     failed = []
-    spec = MapsSpec([NoMap(), get_backend("softmax")], source="blobs", grid=(4, 4), dim=3)
+    spec = MapsStudy([NoMap(), get_backend("softmax")], source="blobs", grid=(4, 4), dim=3)
     maps = attention_maps(spec, failed)
     assert list(maps) == ["softmax"]
     (row,) = failed
@@ -103,7 +103,7 @@ def test_a_backend_without_a_map_gets_a_status_row_and_the_others_are_drawn():
 
 @pytest.mark.parametrize(("source", "grid"), [("svd:camera", (1, 128)), ("three-blobs", (8, 8))])
 def test_figure_inputs_draw_maps(source, grid):
-    spec = MapsSpec([get_backend("softmax")], source=source, grid=grid, dim=4)
+    spec = MapsStudy([get_backend("softmax")], source=source, grid=grid, dim=4)
     (amap,) = attention_maps(spec).values()
     n = grid[0] * grid[1]
     assert amap.shape == (n, n)

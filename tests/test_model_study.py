@@ -23,9 +23,9 @@ TINY = study.ModelConfig(layers=1, width=16, hidden=32, heads=2, vocab=32)
 TINY_ARGS = ["--layers", "1", "--width", "16", "--hidden", "32", "--heads", "2", "--steps", "1"]
 
 
-def spec(backends="softmax", seqs=(16,), **kw) -> study.ModelSpec:
+def spec(backends="softmax", seqs=(16,), **kw) -> study.ModelStudy:
     kw = {"steps": 1, "warmup": 0, "max_batch": 4, **kw}
-    return study.ModelSpec(
+    return study.ModelStudy(
         seqs=list(seqs), backends=[get_backend(b) for b in backends.split(",")], config=TINY, **kw
     )
 

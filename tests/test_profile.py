@@ -22,7 +22,7 @@ from attnbench.measure.profiling import device_stage_ms
 from attnbench.measure.roofline import bound_of, call_throughput, throughput
 from attnbench.measure.stageclock import clocked
 from attnbench.run.runner import run
-from attnbench.studies.profile import OTHER, ProfileSpec
+from attnbench.studies.profile import OTHER, ProfileStudy
 
 SMALL = ["--heads", "1", "--dim", "16", "--repeats", "2", "--warmup", "1", "--min-time", "0"]
 
@@ -184,7 +184,7 @@ def test_gpu_kernels_go_to_the_innermost_stage_around_their_launch_on_any_thread
 
 
 def profile_rows(mode="fwd", **extra):
-    spec = ProfileSpec(
+    spec = ProfileStudy(
         seqs=[64], backends=[get_backend("softmax"), get_backend("yoso-4")], heads=1, dim=16,
         repeats=2, warmup=1, min_time=0, calls=2, mode=mode, ceilings=ceilings(), **extra,
     )  # fmt: skip
@@ -219,7 +219,7 @@ def test_profile_rows_split_each_call_into_its_stages(mode):
 def test_stage_filter_keeps_the_named_stages_and_rejects_one_naming_none():
     rows = profile_rows(stage_filter=["hash", "cum*"])
     assert {r.stage for r in rows if r.metric == "stage_ms"} == {"hash", "cumulation"}
-    spec = ProfileSpec(seqs=[64], backends=[get_backend("softmax")], stage_filter=["nope"])
+    spec = ProfileStudy(seqs=[64], backends=[get_backend("softmax")], stage_filter=["nope"])
     with pytest.raises(Exception, match="names no stage"):
         list(run(spec))
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from attnbench.backends import get_backend
 from attnbench.case import Case
 from attnbench.cli import app
-from attnbench.cli.profiles import profile_argv
+from attnbench.cli.run import profile_argv
 from attnbench.errors import UsageError
 from attnbench.inputs import Inputs
 from attnbench.measure import hardware
@@ -27,7 +27,7 @@ from attnbench.run import runner
 from attnbench.run.ray_cluster import plan_workers
 from attnbench.run.ray_worker import own_ceilings, runs
 from attnbench.run.study import Cases, Measure, case_row
-from attnbench.studies.error import ErrorSpec
+from attnbench.studies.error import ErrorStudy
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--seq", "16", "--heads", "1", "--dim", "8"]
@@ -219,7 +219,7 @@ def test_a_local_run_records_where_its_cases_ran(executor, kind):
 
 
 def test_the_error_study_compares_a_backend_over_its_lengths():
-    spec = ErrorSpec(seqs=[16, 32], backends=[get_backend("yoso-8"), get_backend("sdpa")],
+    spec = ErrorStudy(seqs=[16, 32], backends=[get_backend("yoso-8"), get_backend("sdpa")],
                      inputs=Inputs("random", 1, 1, 8), trials=1, mc_seeds=1)  # fmt: skip
     groups = runner.comparison_groups(spec, spec.cases)
     assert [[(c.backend.name, c.n) for c in g] for g in groups] == [

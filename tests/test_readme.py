@@ -86,7 +86,7 @@ SMALL = {
 
 def small(words: list[str]) -> list[str]:
     """A README command line (`run PROFILE` expanded) with every size and count shrunk."""
-    from attnbench.cli.profiles import profile_argv
+    from attnbench.cli.run import profile_argv
 
     words = words[1:]  # without "attnbench"
     if words[0] == "run":

@@ -19,7 +19,7 @@ from attnbench.measure import timing
 from attnbench.measure.rounds import paired_speedup, round_medians, split
 from attnbench.measure.timing import Timer
 from attnbench.run import runner
-from attnbench.studies.time import TimeSpec
+from attnbench.studies.time import TimeStudy
 from attnbench.views import compare, compare_text
 
 TINY = ["--seq", "16", "--heads", "1", "--dim", "8", "--min-time", "0", "--warmup", "1"]
@@ -47,7 +47,7 @@ class DriftingClock:
 
 def speedups(monkeypatch, rounds: int, drift: float = 0.01) -> pd.DataFrame:
     monkeypatch.setattr(timing, "_time_cpu", DriftingClock(drift))
-    spec = TimeSpec(
+    spec = TimeStudy(
         seqs=[16], backends=[get_backend("sdpa"), get_backend("softmax")], heads=1, dim=8,
         repeats=10, warmup=0, min_time=0.0, baseline=get_backend("sdpa"), rounds=rounds,
     )  # fmt: skip
@@ -85,7 +85,7 @@ def test_the_order_within_a_round_is_random_and_seeded(monkeypatch):
         made: list[Timer] = []
         monkeypatch.setattr(Timer, "rewarm", lambda self: visits.append(self.name))
         monkeypatch.setattr(Timer, "__init__", lambda self, *a, **k: _fake_timer(self, made))
-        spec = TimeSpec(
+        spec = TimeStudy(
             seqs=[16], heads=1, dim=8, repeats=1, min_time=0.0, rounds=8, seed=seed,
             backends=[get_backend(b) for b in ("sdpa", "softmax", "yoso-e")],
             baseline=get_backend("sdpa"),
@@ -125,7 +125,7 @@ def test_a_case_that_fails_leaves_the_rounds_and_the_others_go_on(monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Softmax, "forward", failing)
-    spec = TimeSpec(
+    spec = TimeStudy(
         seqs=[16], heads=1, dim=8, repeats=2, warmup=0, min_time=0.0, rounds=3,
         backends=[get_backend(b) for b in ("sdpa", "softmax", "yoso-e")],
         baseline=get_backend("sdpa"),

@@ -12,7 +12,8 @@ import typer
 from helpers import assert_ok, assert_one_line_error, invoke, runner
 
 import attnbench.cli.core as cli
-from attnbench.cli import profiles, shared
+from attnbench.cli import run as profiles
+from attnbench.cli import shared
 
 ROOT = Path(__file__).parents[1]
 TINY = [

@@ -78,7 +78,7 @@ def test_a_broken_fast_hash_is_caught_bit_for_bit(monkeypatch):
 
 
 def _hash_rows():
-    from attnbench.studies.selftest_numeric import hash_checks
+    from attnbench.studies.selftest.numeric import hash_checks
 
     return hash_checks(selftest.target("cpu", quick=True))
 

@@ -10,8 +10,8 @@ from attnbench.backends import Backend
 from attnbench.inputs import Inputs
 from attnbench.measure.metrics import mean_radian
 from attnbench.run import runner
-from attnbench.studies.error import ErrorSpec
-from attnbench.studies.time import TimeSpec
+from attnbench.studies.error import ErrorStudy
+from attnbench.studies.time import TimeStudy
 
 TINY = dict(batch=1, heads=1, dim=8, repeats=2, warmup=1, min_time=0)
 
@@ -28,14 +28,14 @@ class OutOfMemory(Backend):
 
 
 def test_case_predicted_not_to_fit_is_skipped_without_running():
-    spec = TimeSpec(seqs=[1 << 22], backends=[get_backend("softmax")], **TINY)
+    spec = TimeStudy(seqs=[1 << 22], backends=[get_backend("softmax")], **TINY)
     (row,) = rows_of(runner.run(spec))
     assert row.status == "skipped" and row.reason.startswith("needs ~")
     assert row.value is None
 
 
 def test_out_of_memory_is_recorded_and_the_sweep_goes_on():
-    spec = TimeSpec(seqs=[16, 32], backends=[OutOfMemory(), get_backend("sdpa")], **TINY)
+    spec = TimeStudy(seqs=[16, 32], backends=[OutOfMemory(), get_backend("sdpa")], **TINY)
     rows = rows_of(runner.run(spec))
     oom = [r for r in rows if r.backend == "test-oom"]
     assert [r.status for r in oom] == ["oom", "oom"]
@@ -45,7 +45,7 @@ def test_out_of_memory_is_recorded_and_the_sweep_goes_on():
 
 
 def test_time_rows_keep_every_sample():
-    spec = TimeSpec(seqs=[16], backends=[get_backend("sdpa")], **{**TINY, "repeats": 5})
+    spec = TimeStudy(seqs=[16], backends=[get_backend("sdpa")], **{**TINY, "repeats": 5})
     row = next(r for r in rows_of(runner.run(spec)) if r.metric == "time_ms")
     assert row.count == len(row.samples) == 5
     assert row.p10 <= row.value <= row.p90
@@ -53,7 +53,7 @@ def test_time_rows_keep_every_sample():
 
 def test_error_study_is_reproducible_and_complete():
     def run(**options):
-        spec = ErrorSpec(seqs=[16, 32], trials=2, inputs=Inputs("clustered", 1, 2, 8), **options)
+        spec = ErrorStudy(seqs=[16, 32], trials=2, inputs=Inputs("clustered", 1, 2, 8), **options)
         return rows_of(runner.run(spec))
 
     first, second = run(hashes=[4, 16]), run(hashes=[4, 16])
@@ -89,7 +89,7 @@ def test_error_study_is_reproducible_and_complete():
 )
 def test_the_reference_is_yoso_e_for_a_hash_sweep_and_else_softmax(options, reference):
     options["backends"] = [get_backend(b) for b in options.get("backends", [])]
-    spec = ErrorSpec(seqs=[16], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 1, 4), **options)
+    spec = ErrorStudy(seqs=[16], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 1, 4), **options)
     assert spec.reference == reference
     name = reference.partition(":")[0].replace("-", "_")
     rows = rows_of(runner.run(spec))
@@ -98,7 +98,7 @@ def test_the_reference_is_yoso_e_for_a_hash_sweep_and_else_softmax(options, refe
 
 def test_an_explicit_reference_is_what_every_backend_is_compared_with():
     q, k, v = Inputs("random", 1, 2, 8).make(32, 0, torch.float32, "cpu")
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[32], trials=1, mc_seeds=1, inputs=Inputs("random", 1, 2, 8),
         backends=[get_backend("softmax")], reference="yoso-e:tau=3",
     )  # fmt: skip
@@ -121,7 +121,7 @@ ALLOC = "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate
 
 @pytest.mark.parametrize(("dim", "status"), [(8, "oom"), (4, "error")])
 def test_a_backend_failing_in_the_error_study_gets_a_status_row_and_the_study_goes_on(dim, status):
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[16, 32, 64], trials=2, mc_seeds=1, inputs=Inputs("random", 1, 1, dim),
         backends=[FailsAt32(), get_backend("sdpa")],
     )  # fmt: skip
@@ -135,7 +135,7 @@ def test_a_backend_failing_in_the_error_study_gets_a_status_row_and_the_study_go
 
 
 def test_time_rows_carry_the_speedup_against_the_baseline():
-    spec = TimeSpec(
+    spec = TimeStudy(
         seqs=[16, 32], backends=[get_backend("softmax"), get_backend("sdpa")],
         baseline=get_backend("sdpa"), **TINY,
     )  # fmt: skip
@@ -161,7 +161,7 @@ def test_error_study_fits_the_slope_against_log2_n_per_m():
 
     from attnbench.studies.error import fit_slope
 
-    spec = ErrorSpec(
+    spec = ErrorStudy(
         seqs=[16, 32, 64], hashes=[4, 16], trials=2, inputs=Inputs("clustered", 1, 2, 8)
     )
     rows = rows_of(runner.run(spec))
@@ -175,7 +175,7 @@ def test_error_study_fits_the_slope_against_log2_n_per_m():
         assert (s.value, s.std) == pytest.approx(fit_slope(xs, ys))
         assert s.std > 0 and "16, 32, 64" in s.method
     # the reference and backends compared with softmax get no slope
-    exact = ErrorSpec(seqs=[16, 32], trials=1, backends=[get_backend("sdpa")])
+    exact = ErrorStudy(seqs=[16, 32], trials=1, backends=[get_backend("sdpa")])
     assert not [r for r in rows_of(runner.run(exact)) if "slope" in r.metric]
 
 

@@ -69,7 +69,7 @@ MODES = ("fwd", "fwdbwd")  # the outputs' error; also the gradients' (module doc
 
 
 @dataclass
-class ErrorSpec(Study):
+class ErrorStudy(Study):
     """The study: every compared backend at every length against the reference; each yoso
     backend's last length also gets the fitted slope rows in `finish`."""
 
@@ -170,7 +170,7 @@ class _Slopes:
     """`finish` hook: collects each yoso backend's angle samples per length and, with the
     rows of its last length, adds the slope of angle against log2 n (two lengths or more)."""
 
-    def __init__(self, spec: ErrorSpec):
+    def __init__(self, spec: ErrorStudy):
         self.last = {c.backend.spec: c.n for c in spec.cases if c.backend.name == "yoso"}
         self.points: dict[tuple[str, str], dict[int, list[float]]] = {}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from attnbench.backends.rowblocks import BLOCK_BYTES, by_rows, planes_of, row_blocks
+from attnbench.backends.rowblocks import by_rows
 from attnbench.backends.softmax import softmax_weights
 
-__all__ = ["BLOCK_BYTES", "by_rows", "exact_softmax", "planes_of", "row_blocks"]
+__all__ = ["exact_softmax", "softmax_attention"]
 
 
 def softmax_attention(q, k, v):

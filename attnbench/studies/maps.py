@@ -23,7 +23,7 @@ MAX_TOKENS = 4096  # dense maps are n x n
 
 
 @dataclass
-class MapsSpec(Study):
+class MapsStudy(Study):
     """The study: each backend's dense map of the same inputs, one case per backend."""
 
     backends: list[Backend]

@@ -193,7 +193,7 @@ class Fit:
 
 
 @dataclass
-class ModelSpec(Study):
+class ModelStudy(Study):
     """The study: every backend's encoder at every length. `report`, if set, sees the batch
     search inside a case as it goes (in this process)."""
 

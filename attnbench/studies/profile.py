@@ -45,7 +45,7 @@ UNMARKED_METHOD = "unmarked calls, each just before a profiled one"
 
 
 @dataclass
-class ProfileSpec(time_study.TimeSpec):
+class ProfileStudy(time_study.TimeStudy):
     """The time study's cases, measured stage by stage; `stage_filter` (names or globs)
     picks the stage rows kept, `trace_dir` receives one trace per case."""
 

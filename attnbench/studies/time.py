@@ -36,12 +36,12 @@ from attnbench.results.schema import Row
 from attnbench.run.executors import classify, release_memory
 from attnbench.run.study import Measure, Study, case_row
 
-__all__ = ["MODES", "TimeSpec", "measure"]
+__all__ = ["MODES", "TimeStudy", "measure"]
 MIB = 1024 * 1024
 
 
 @dataclass
-class TimeSpec(Study):
+class TimeStudy(Study):
     """The study: every backend at every length; rows get their speed-up in `finish`."""
 
     steady: ClassVar[bool] = True  # timed calls reuse freed blocks; isolated workers do too

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import time
 
-from attnbench.studies.selftest_target import Check, Target, measured, skipped
+from attnbench.studies.selftest.target import Check, Target, measured, skipped
 
 RESOLUTION_S = 1e-6  # the CPU clock must resolve a microsecond
 BUSY_MS = 2.0  # length of the known busy loop

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import core, options, shared
-from attnbench.cli.speed import DEFAULT_BACKENDS, run_timed, time_spec
+from attnbench.cli.time import DEFAULT_BACKENDS, run_timed, time_spec
 from attnbench.errors import UsageError
 from attnbench.measure import DEFAULT_MIN_TIME_S, is_cuda
 
@@ -82,9 +82,9 @@ def profile_cmd(
 
 
 def _profile_study():
-    from attnbench.studies.profile import ProfileSpec
+    from attnbench.studies.profile import ProfileStudy
 
-    return ProfileSpec
+    return ProfileStudy
 
 
 def _stage_filter(text: str | None) -> list[str] | None:

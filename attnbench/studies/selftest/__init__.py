@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from attnbench.studies.selftest_target import (  # noqa: F401 (used as selftest.*)
+from attnbench.studies.selftest.target import (  # noqa: F401 (used as selftest.*)
     Check,
     Target,
     measured,
@@ -60,7 +60,8 @@ def guarded(name: str, check: Callable[[], list[Check]]) -> list[Check]:
 
 def run(where: Target, on_check: Callable[[str], None] | None = None) -> Report:
     """Every check on `where`, in order; `on_check(name)` before each group."""
-    from attnbench.studies import selftest_machine, selftest_numeric
+    from attnbench.studies.selftest import machine as selftest_machine
+    from attnbench.studies.selftest import numeric as selftest_numeric
 
     report = Report(where, selftest_machine.environment(where))
     step = on_check or (lambda name: None)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from attnbench.backends.registry import backend_classes, get_backend
 from attnbench.kernels.lsh import dispatch, reference
 from attnbench.kernels.lsh.autograd import BACKWARDS
-from attnbench.studies.selftest_target import Check, Target, measured, skipped
+from attnbench.studies.selftest.target import Check, Target, measured, skipped
 
 SCRAM_HEIGHT = 4  # rows of SCRAM's grid: kappa = n keys must stay within its kappa limit
 FP32 = 1e-4  # float32 kernels against float32 or float64 references of the same sums

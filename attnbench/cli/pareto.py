@@ -1,0 +1,46 @@
+"""`attnbench pareto`: quality against cost, one point per backend at one length."""
+
+from pathlib import Path
+
+import typer
+
+from attnbench.cli import core, options, shared
+from attnbench.errors import UsageError
+
+
+@core.app.command("pareto")
+def pareto_cmd(
+    time_file: Path = typer.Argument(..., help="a CSV or JSON written by time"),
+    error_file: Path = typer.Argument(..., help="a CSV or JSON written by error"),
+    seq: int = typer.Option(None, "--seq", help="the n compared (default: the largest in both)"),
+    metric: str = typer.Option(
+        "radian_vs_softmax", "--metric", help="the error drawn, e.g. rel_frobenius_vs_softmax"
+    ),
+    out: options.Out = None,
+) -> None:
+    """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked.
+
+    Prints the table; --out also draws the figure."""
+    from attnbench.cli.parse import output_path
+    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.labels import backend_label
+    from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
+
+    for path in (time_file, error_file):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+    frames = [shared.read_results(path) for path in (time_file, error_file)]
+    if out is not None:
+        out = output_path(out, "--out", PLOT_SUFFIXES)
+    points = pareto_points(*frames, seq=seq, metric=metric)
+    core.console.print(render_table(points, metric))
+    dropped = points.attrs.get("inapplicable", [])
+    missing = [b for b in unmatched(*frames, points) if b not in dropped]
+    if missing:
+        typer.echo(f"in one file only, not drawn: {', '.join(missing)}")
+    if dropped:
+        names = ", ".join(backend_label(b) for b in dropped)
+        typer.echo(f"{metric} does not apply to {names} (unit output rows), not drawn")
+    if out is not None:
+        plot_pareto(points, out, metric, shared.run_env(time_file))
+        core.console.print(f"wrote {out}")

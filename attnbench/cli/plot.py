@@ -1,0 +1,40 @@
+"""`attnbench plot`: redraw a study's figure from a saved result file or training log."""
+
+from pathlib import Path
+
+import typer
+
+from attnbench.cli import core, options, shared
+from attnbench.errors import UsageError
+
+
+@core.app.command("plot")
+def plot_cmd(
+    results: Path = typer.Argument(
+        ..., help="a CSV or JSON written by time, error, model or profile, or train's log"
+    ),
+    out: options.Out = None,
+) -> None:
+    """Redraw a study's figure from a saved result file, or a training log's held-out
+    [MASK] loss against steps and time.
+
+    The figure goes to --out, by default the result file with the suffix .png."""
+    from attnbench.cli.parse import output_path
+    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.views.plots import plot_results
+
+    if not results.is_file():
+        raise UsageError(f"{results}: no such file")
+    out = output_path(out or results.with_suffix(".png"), "--out", PLOT_SUFFIXES)
+    from attnbench.views.training import is_training_log, parity_plot, read_log
+
+    if is_training_log(results):
+        try:
+            log = read_log(results)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        parity_plot(log, out, f"attnbench train: {results.name}")
+        core.console.print(f"wrote {out}")
+        return
+    plot_results(shared.read_results(results), out, shared.run_env(results))
+    core.console.print(f"wrote {out}")
