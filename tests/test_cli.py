@@ -533,7 +533,7 @@ def workdir(tmp_path, monkeypatch):
             return False
         return real_access(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr("attnbench.cli.parse.os.access", access)
+    monkeypatch.setattr("attnbench.api.probes.os.access", access)
     return tmp_path
 
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
-from attnbench.cli.parse import parse_fraction
+from attnbench.api.parse import parse_fraction
 from attnbench.errors import UsageError
 from attnbench.results.schema import Row, rows_frame
 from attnbench.views import compare

@@ -13,8 +13,8 @@ import torch
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
+from attnbench.api.parse import parse_bytes
 from attnbench.backends import get_backend
-from attnbench.cli.parse import parse_bytes
 from attnbench.run import runner
 from attnbench.run.executors import classify
 from attnbench.studies import model as study

@@ -245,7 +245,8 @@ def test_a_worker_sets_its_rows_against_its_own_machines_ceilings(monkeypatch):
 
 
 def test_the_device_is_resolved_against_the_clusters_gpus():
-    from attnbench.cli.parse import check_threads, resolve_device
+    from attnbench.api.parse import check_threads
+    from attnbench.api.probes import resolve_device
 
     assert resolve_device("auto", cluster_gpus=True) == "cuda"
     assert resolve_device("auto", cluster_gpus=False) == "cpu"

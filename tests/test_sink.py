@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 import attnbench.cli.core as cli
 import attnbench.results.formats as formats
 import attnbench.results.sink as results
-from attnbench.cli.parse import HIDDEN_NAME_ROOM, writable_file
+from attnbench.api.probes import HIDDEN_NAME_ROOM, writable_file
 from attnbench.errors import UsageError
 from attnbench.results.interrupts import Terminated, deferred_interrupts, sigterm_as_interrupt
 from attnbench.results.read import read_rows
@@ -731,7 +731,7 @@ def test_maps_and_plot_outputs_are_probed(good_csv):
 
 
 def test_the_probe_catches_what_os_access_allows(tmp_path, monkeypatch):
-    monkeypatch.setattr("attnbench.cli.parse.os.access", lambda *args, **kwargs: True)  # as root
+    monkeypatch.setattr("attnbench.api.probes.os.access", lambda *args, **kwargs: True)  # as root
     line = one_error_line([*TIME, "--csv", "/proc/x.csv"], "--csv")
     assert "cannot create files in /proc" in line
 
@@ -810,7 +810,7 @@ def test_a_lock_that_cannot_be_written_is_one_error_and_leaves_no_lock_file(tmp_
 
 def test_sigterm_while_probing_an_output_directory_leaves_no_probe_file(tmp_path, monkeypatch):
     """A SIGTERM between creating and removing the probe left `.attnbench-probe-*`."""
-    import attnbench.cli.parse as parse
+    import attnbench.api.probes as parse
 
     real_close = parse.os.close
 

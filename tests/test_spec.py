@@ -1,6 +1,7 @@
 import pytest
 
-from attnbench.cli.parse import output_path, parse_grids, parse_sizes
+from attnbench.api.parse import parse_grids, parse_sizes
+from attnbench.api.probes import output_path
 from attnbench.errors import UsageError
 
 
@@ -60,7 +61,7 @@ def test_output_path_checks(tmp_path):
 
 
 def test_parse_grids():
-    from attnbench.cli.parse import parse_grids
+    from attnbench.api.parse import parse_grids
 
     assert parse_grids("128x128", "--grid") == [(128, 128)]
     assert parse_grids("32x32..256x256", "--grid") == [(32, 32), (64, 64), (128, 128), (256, 256)]
@@ -70,7 +71,7 @@ def test_parse_grids():
 
 @pytest.mark.parametrize("text", ["", "128", "0x4", "4x", "ax4", "64x64..32x32", "4x4,,8x8"])
 def test_parse_grids_rejects_nonsense_in_one_line(text):
-    from attnbench.cli.parse import parse_grids
+    from attnbench.api.parse import parse_grids
 
     with pytest.raises(UsageError, match="--grid"):
         parse_grids(text, "--grid")
@@ -80,7 +81,7 @@ def test_parse_grids_rejects_nonsense_in_one_line(text):
 
 
 def test_sizes_and_grids_are_bounded_to_int32_tokens():
-    from attnbench.cli.parse import MAX_SIZE, parse_grids
+    from attnbench.api.parse import MAX_SIZE, parse_grids
 
     assert parse_sizes(str(MAX_SIZE), "--seq") == [MAX_SIZE]
     assert parse_grids("46340x46340", "--grid") == [(46340, 46340)]  # just below 2**31
@@ -94,7 +95,7 @@ def test_sizes_and_grids_are_bounded_to_int32_tokens():
 @pytest.mark.parametrize("text", ["\u0663", "\uff18", "4\u0663"])
 def test_sizes_are_ascii_digits(text):
     """str.isdigit and \\d accept other scripts' digits; a size is written in ASCII."""
-    from attnbench.cli.parse import parse_grids
+    from attnbench.api.parse import parse_grids
 
     with pytest.raises(UsageError, match="--seq"):
         parse_sizes(text, "--seq")
@@ -103,7 +104,7 @@ def test_sizes_are_ascii_digits(text):
 
 
 def test_positive_and_non_negative_have_an_upper_bound():
-    from attnbench.cli.parse import MAX_SIZE, non_negative, positive
+    from attnbench.api.parse import MAX_SIZE, non_negative, positive
 
     assert positive(MAX_SIZE, "--dim") == MAX_SIZE
     assert non_negative(0, "--warmup", 10) == 0
@@ -115,7 +116,7 @@ def test_positive_and_non_negative_have_an_upper_bound():
 
 
 def test_seed_bounds_leave_room_for_the_seeds_a_study_derives():
-    from attnbench.cli.parse import MAX_SEED, check_seed
+    from attnbench.api.parse import MAX_SEED, check_seed
 
     assert check_seed(0) == 0
     assert check_seed(MAX_SEED - 1) == MAX_SEED - 1  # image colours use seed + 1
@@ -131,7 +132,7 @@ def test_seed_bounds_leave_room_for_the_seeds_a_study_derives():
 def test_threads_are_bounded_by_numba_s_pool(monkeypatch):
     import numba
 
-    from attnbench.cli.parse import check_threads
+    from attnbench.api.parse import check_threads
 
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 4)
     assert check_threads(None) is None
@@ -148,7 +149,7 @@ def _free(monkeypatch, free: int) -> None:
 def test_inputs_must_fit_in_free_memory(monkeypatch):
     import torch
 
-    from attnbench.cli.parse import check_inputs_fit
+    from attnbench.api.probes import check_inputs_fit
     from attnbench.inputs import Inputs
 
     source = Inputs("random", 1, 4, 64)
@@ -165,7 +166,7 @@ def test_inputs_must_fit_in_free_memory(monkeypatch):
 
 
 def test_image_inputs_count_the_repeats_and_the_image_they_are_built_from(monkeypatch):
-    from attnbench.cli.parse import check_inputs_fit
+    from attnbench.api.probes import check_inputs_fit
     from attnbench.inputs import Inputs
     from attnbench.inputs.images import build_bytes
 
@@ -198,7 +199,7 @@ def test_a_photograph_is_stretched_at_most_max_upscale_times_per_side():
     [(0, "0.0 B"), (1536, "1.5 KiB"), (7.5 * 2**40, "7.5 TiB"), (3 * 2**50, "3.0 PiB")],
 )
 def test_byte_text(count, text):
-    from attnbench.cli.parse import byte_text
+    from attnbench.api.probes import byte_text
 
     assert byte_text(count) == text
 
@@ -206,8 +207,8 @@ def test_byte_text(count, text):
 def test_profile_keys_are_checked_against_the_command_s_own_options():
     import typer
 
+    from attnbench.api.parse import check_option_keys
     from attnbench.cli import app
-    from attnbench.cli.parse import check_option_keys
 
     commands = typer.main.get_command(app).commands
     check_option_keys(["seq", "mc_seeds", "mc-seeds", "csv"], commands["error"], "p.toml")

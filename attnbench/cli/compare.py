@@ -43,7 +43,7 @@ def compare_cmd(
     With --fail-above it is a gate with three outcomes: pass (exit 0), fail (1), and
     inconclusive (3) when a case could not be judged, which --allow-unjudged turns into a
     pass that still names them."""
-    from attnbench.cli.parse import parse_fraction
+    from attnbench.api.parse import parse_fraction
     from attnbench.views import compare, compare_text, gate
 
     threshold = None  # a share, as parse_fraction reads it

@@ -53,19 +53,18 @@ def error_cmd(
 
     By default YOSO-m against YOSO-E over the hashes and n = 64..4096; trial t uses seed + t.
     --mode fwdbwd adds the gradients' error (every backend and the reference need a backward)."""
-    from attnbench.backends import parse_backends
-    from attnbench.backends.registry import tau_param
-    from attnbench.cli.parse import (
+    from attnbench.api.parse import (
         MAX_COUNT,
-        check_inputs_fit,
         check_seed,
         check_threads,
         parse_dtype,
         parse_grids,
         parse_sizes,
         positive,
-        resolve_device,
     )
+    from attnbench.api.probes import check_inputs_fit, resolve_device
+    from attnbench.backends import parse_backends
+    from attnbench.backends.registry import tau_param
     from attnbench.studies.error import ErrorStudy
 
     try:
@@ -114,7 +113,7 @@ def error_cmd(
 
 def _hashes(hashes: str | None, backends: str) -> list[int]:
     """The swept numbers of hashes: YOSO Fig. 8's 8..128 unless backends are given instead."""
-    from attnbench.cli.parse import parse_sizes
+    from attnbench.api.parse import parse_sizes
 
     if hashes is None:
         return [] if backends.strip() else parse_sizes("8..128", "--hashes")

@@ -23,7 +23,8 @@ def machine(
     this machine fingerprint once its check passes; ceilings measured on a busy host are
     provisional and measured again on the next quiet run. The theoretical peak (cores x
     SIMD width x clock) is shown beside them."""
-    from attnbench.cli.parse import check_threads, output_path, resolve_device
+    from attnbench.api.parse import check_threads
+    from attnbench.api.probes import output_path, resolve_device
 
     threads = check_threads(threads)
     device = resolve_device(device)

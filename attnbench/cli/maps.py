@@ -27,8 +27,9 @@ def maps_cmd(
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3).
 
     One grid HxW (1xN: a sequence); a model's inputs draw head H (default 0)."""
+    from attnbench.api.parse import check_seed, parse_grids, positive
+    from attnbench.api.probes import check_inputs_fit, output_path
     from attnbench.backends import parse_backends
-    from attnbench.cli.parse import check_inputs_fit, check_seed, output_path, parse_grids, positive
     from attnbench.studies.maps import MapsStudy
     from attnbench.views.figures import PLOT_SUFFIXES
     from attnbench.views.maps import COLOURS, SCALES, plot_maps

@@ -37,8 +37,7 @@ def model_cmd(
     """Training cost of a whole encoder per instance vs length (YOSO Fig. 7).
 
     Each case trains at the largest batch that fits the memory budget."""
-    from attnbench.backends import parse_backends
-    from attnbench.cli.parse import (
+    from attnbench.api.parse import (
         MAX_BATCH,
         MAX_COUNT,
         MAX_LAYERS,
@@ -50,8 +49,9 @@ def model_cmd(
         parse_fraction,
         parse_sizes,
         positive,
-        resolve_device,
     )
+    from attnbench.api.probes import resolve_device
+    from attnbench.backends import parse_backends
     from attnbench.studies.model import ModelConfig, ModelStudy
 
     seed = check_seed(seed)

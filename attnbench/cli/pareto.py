@@ -21,7 +21,7 @@ def pareto_cmd(
     """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked.
 
     Prints the table; --out also draws the figure."""
-    from attnbench.cli.parse import output_path
+    from attnbench.api.probes import output_path
     from attnbench.views.figures import PLOT_SUFFIXES
     from attnbench.views.labels import backend_label
     from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched

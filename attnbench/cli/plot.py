@@ -19,7 +19,7 @@ def plot_cmd(
     [MASK] loss against steps and time.
 
     The figure goes to --out, by default the result file with the suffix .png."""
-    from attnbench.cli.parse import output_path
+    from attnbench.api.probes import output_path
     from attnbench.views.figures import PLOT_SUFFIXES
     from attnbench.views.plots import plot_results
 

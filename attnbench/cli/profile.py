@@ -55,7 +55,7 @@ def profile_cmd(
 
     Each backend marks its stages (YOSO's hash and cumulation, SCRAM's PatchMatch passes,
     ...); --plot draws the roofline, --trace keeps a trace for ui.perfetto.dev."""
-    from attnbench.cli.parse import MAX_COUNT, positive
+    from attnbench.api.parse import MAX_COUNT, positive
 
     stage_filter = _stage_filter(stages)
     calls = positive(calls, "--calls", MAX_COUNT)
@@ -103,7 +103,7 @@ def _trace_dir(path: Path | None) -> Path | None:
     --trace leaves nothing behind."""
     if path is None:
         return None
-    from attnbench.cli.parse import writable_file
+    from attnbench.api.probes import writable_file
 
     if path.is_dir():
         writable_file(path / "trace.json", "--trace")

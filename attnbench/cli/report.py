@@ -4,8 +4,8 @@ from pathlib import Path
 
 import typer
 
+from attnbench.api.probes import writable_file
 from attnbench.cli import core
-from attnbench.cli.parse import writable_file
 from attnbench.errors import UsageError
 
 

@@ -115,7 +115,7 @@ def profile_argv(profile: Path, overrides: list[tuple[str, str]] = ()) -> list[s
     options = doc.get("options", {})
     if not isinstance(options, dict):
         raise UsageError(f"{profile}: [options] must be a table of option = value")
-    from attnbench.cli.parse import check_option_keys
+    from attnbench.api.parse import check_option_keys
 
     click_command = typer.main.get_command(core.app).commands[command]
     check_option_keys(options, click_command, str(profile))
@@ -135,7 +135,7 @@ def _override(options: dict, overrides: list[tuple[str, str]], command) -> dict:
     """`options` with each override in place of the profile's value for its option, under
     either spelling (`min-time`, `min_time`); one option set twice is refused, as in a
     profile. A flag's text is true or false, made the bool a profile would give."""
-    from attnbench.cli.parse import check_option_keys
+    from attnbench.api.parse import check_option_keys
 
     check_option_keys([key for key, _ in overrides], command, "--set")
     merged = dict(options)

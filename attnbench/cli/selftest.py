@@ -26,7 +26,7 @@ def selftest(
 
     Under NUMBA_ENABLE_CUDASIM=1, --device cuda runs the CUDA kernels in numba's simulator
     on tiny shapes."""
-    from attnbench.cli.parse import output_path
+    from attnbench.api.probes import output_path
 
     device = _device(device)
     json = output_path(json, "--json", (".json",))
@@ -51,7 +51,7 @@ def selftest(
 def _device(name: str) -> str:
     """cpu or cuda as `resolve_device` says, but cuda-sim for cuda (and auto) under the
     CUDA simulator, where the CPU kernels cannot be checked."""
-    from attnbench.cli.parse import resolve_device
+    from attnbench.api.probes import resolve_device
     from attnbench.kernels.target import simulator_enabled
 
     if name.lower() in ("auto", "cuda") and simulator_enabled():

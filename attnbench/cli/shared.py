@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def outputs(csv: Path | None, json: Path | None, plot: Path | None):
     """The three output paths, each probed writable with the right suffix."""
-    from attnbench.cli.parse import output_path, writable_file
+    from attnbench.api.probes import output_path, writable_file
     from attnbench.results.schema import env_sidecar
     from attnbench.views.figures import PLOT_SUFFIXES
 
@@ -34,7 +34,7 @@ def outputs(csv: Path | None, json: Path | None, plot: Path | None):
 
 
 def set_threads(threads: int | None) -> int:
-    from attnbench.cli.parse import positive
+    from attnbench.api.parse import positive
     from attnbench.measure.threads import set_threads as apply
 
     return apply(None if threads is None else positive(threads, "--threads"))
@@ -89,7 +89,7 @@ def where(ctx, executor: str, isolate: bool, ray_address: str | None, cpus_per_w
     (`ctx`, its context) ends, however it ends."""
     from functools import partial
 
-    from attnbench.cli.parse import positive
+    from attnbench.api.parse import positive
 
     if executor not in ("local", "ray"):
         raise UsageError(f"--executor: unknown executor {executor!r}; valid: local, ray")

@@ -52,7 +52,7 @@ def time_cmd(
     take turns in --rounds rounds, so that a drift of the machine moves them alike and
     cancels in their speed-ups. Each row also gets its throughput and the share of this
     machine's roofline bound it reaches."""
-    from attnbench.cli.parse import MAX_COUNT, positive
+    from attnbench.api.parse import MAX_COUNT, positive
 
     rounds = positive(rounds, "--rounds", MAX_COUNT)
     at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
@@ -87,7 +87,7 @@ def time_spec(study, *, seq, grid, batch, heads, dim, dtype, device, backends, i
     `study()` gives the study's class. It, the backends and the inputs load torch, numba and
     scipy (seconds, minutes on a loaded host), so they come after every check that needs
     none of them: a mistyped number or name is reported at once."""
-    from attnbench.cli.parse import (
+    from attnbench.api.parse import (
         MAX_COUNT,
         check_device_name,
         check_dtype_name,
@@ -118,8 +118,9 @@ def time_spec(study, *, seq, grid, batch, heads, dim, dtype, device, backends, i
         min_time=check_min_time(min_time),
         max_spread=parse_fraction(max_spread, "--max-spread"),
     )
+    from attnbench.api.parse import parse_dtype
+    from attnbench.api.probes import check_inputs_fit, resolve_device
     from attnbench.backends import get_backend, parse_backends
-    from attnbench.cli.parse import check_inputs_fit, parse_dtype, resolve_device
 
     spec = study()(
         seqs=seqs,
@@ -144,7 +145,7 @@ def time_spec(study, *, seq, grid, batch, heads, dim, dtype, device, backends, i
 def run_timed(spec, threads, at, resume, csv, json, plot, remeasure: bool, table) -> None:
     """Run a time or profile study where `at` says: outputs checked, this machine's
     ceilings loaded (or measured once), the sweep run into the sink, `table(frame)` printed."""
-    from attnbench.cli.parse import check_threads
+    from attnbench.api.parse import check_threads
 
     asked = threads = check_threads(threads, at.pooled)
     csv, json, plot = shared.outputs(csv, json, plot)

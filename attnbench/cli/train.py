@@ -59,8 +59,8 @@ def train(
     of the documentation), on the CPU, one backend after another on the same data, seed
     and schedule. The log holds every finished backend's steps and is rewritten whole as
     each backend ends, so an interrupted run keeps the backends it finished."""
+    from attnbench.api.probes import output_path
     from attnbench.backends import parse_backends
-    from attnbench.cli.parse import output_path
 
     models = parse_backends(backends)
     untrainable = [b for b in models if not b.backward]
@@ -87,7 +87,7 @@ def train(
 
 def _training(model, steps, tokens, lengths, lr, warmup, evals, seed, layers, width, hidden,
               heads, max_seconds):  # fmt: skip
-    from attnbench.cli.parse import parse_sizes
+    from attnbench.api.parse import parse_sizes
     from attnbench.nn.mlm import MLMConfig
     from attnbench.studies.train import Training, config_for
 

@@ -1,27 +1,22 @@
-"""Parsing of size lists and ranges ("4096", "1k,4k", "512..16384") and option checks.
+"""Parsing of option values: size lists and ranges ("4096", "1k,4k", "512..16384"), grids,
+counts, fractions, byte sizes, dtype and device names.
 
-Everything here raises `UsageError` with a message that names the option, so the CLI can
-print it as one line before any work starts. Every number a user gives is bounded here:
-Python ints have no limit, but torch, numpy and numba take C integers and fail deep inside
-a run (or take the machine down) when handed one too large.
-"""
+Everything here raises `UsageError` with a message that names the option, so the command
+line prints it as one line and the Python API raises it, before any work starts. Every
+number a user gives is bounded here: Python ints have no limit, but torch, numpy and numba
+take C integers and fail deep inside a run (or take the machine down) when handed one too
+large."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnbench.errors import UsageError
-from attnbench.results.interrupts import deferred_interrupts
 
 if TYPE_CHECKING:
-    import torch
-
-    from attnbench.inputs import Source
+    pass
 
 _SUFFIX = {"": 1, "k": 1024, "m": 1024**2}
 _NUMBER = re.compile(r"^\s*(\d+)\s*([km]?)\s*$", re.IGNORECASE | re.ASCII)
@@ -194,53 +189,6 @@ def check_threads(threads: int | None, pooled: bool = False) -> int | None:
     return threads
 
 
-def check_inputs_fit(
-    inputs: Source,
-    layouts: list[tuple[int, tuple[int, int] | None]],
-    dtype: torch.dtype | None = None,
-    device: str = "cpu",
-    batch: int | None = None,
-    heads: int | None = None,
-) -> None:
-    """The largest case's q, k and v (and the image they are made from) fit in the memory free
-    now, and every image resize is sensible: otherwise the sweep would fail late, or with a
-    traceback, after the smaller cases ran. `batch` and `heads` (default: the inputs') are
-    what the study repeats an image over; `dtype` defaults to float32."""
-    import torch
-
-    from attnbench.inputs.images import build_bytes
-    from attnbench.measure.memory import available_bytes
-
-    dtype = dtype or torch.float32
-    if inputs.on_grid:
-        for _, grid in layouts:
-            inputs.check_grid(*grid)
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        return  # a cluster's GPUs: its workers skip the cases that do not fit theirs
-    n, grid = max(layouts, key=lambda layout: layout[0])
-    batch, heads = batch or inputs.batch, heads or inputs.heads
-    need = 3 * batch * heads * n * inputs.dim * dtype.itemsize
-    if inputs.on_grid:
-        need += build_bytes(*grid, inputs.dim)
-    free = available_bytes(device)
-    if need > free:
-        size = f"--grid {grid[0]}x{grid[1]}" if grid else f"--seq {n}"
-        shape = f"batch {batch} x heads {heads} x n {n} x d {inputs.dim}"
-        raise UsageError(
-            f"{size}: inputs alone need {byte_text(need)} (q, k, v of {shape}, "
-            f"{str(dtype).removeprefix('torch.')}), {byte_text(free)} free on {device}"
-        )
-
-
-def byte_text(count: float) -> str:
-    """Bytes in binary units, e.g. "7.5 TiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if count < 1024 or unit == "PiB":
-            break
-        count /= 1024
-    return f"{count:.1f} {unit}" if count < 1e5 else f"{count:.3g} {unit}"
-
-
 def check_option_keys(keys, command, where: str) -> None:
     """Every key of a profile's [options] names a long option of `command` (a click command,
     so the list is the command's own): `help = true` or a typo is refused, not passed on."""
@@ -274,71 +222,8 @@ def check_device_name(name: str) -> str:
     return name.lower()
 
 
-def resolve_device(name: str, cluster_gpus: bool | None = None) -> str:
-    """'auto' picks cuda when a GPU is present; asking for cuda without one is a user error.
-    With `cluster_gpus` (a Ray cluster's), the cluster's GPUs count, not this machine's."""
-    name = check_device_name(name)
-    import torch
-
-    gpus = torch.cuda.is_available() if cluster_gpus is None else cluster_gpus
-    if name == "auto":
-        return "cuda" if gpus else "cpu"
-    if name == "cuda" and not gpus:
-        where = "this machine" if cluster_gpus is None else "the Ray cluster"
-        raise UsageError(f"--device cuda: no CUDA GPU is available to PyTorch on {where}")
-    return name
-
-
-def output_path(path: Path | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
-    """Check an output path before any work: known suffix, then `writable_file`."""
-    if path is None:
-        return None
-    path = Path(path)
-    if path.suffix.lower() not in suffixes:
-        raise UsageError(f"{option}: {path} must end in one of {', '.join(suffixes)}")
-    return writable_file(path, option)
-
-
 # Room left in a file name for the hidden temp and lock files written beside an output
 # (".NAME.XXXXXXXX.tmp", ".NAME.lock", ".NAME.PID.tmp.png").
-HIDDEN_NAME_ROOM = 20
-
-
-def writable_file(path: Path, option: str) -> Path:
-    """Check that a file can be written at `path` (an output or a sidecar such as
-    results.env.json): existing directory, not a directory itself, a name the file system
-    takes, and a probe file created and removed beside it. The probe is the real test:
-    `os.access` says yes to root on /proc, /sys and read-only mounts."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    length = len(os.fsencode(path.name))
-    if length + HIDDEN_NAME_ROOM > name_max:
-        raise UsageError(
-            f"{option}: file name {path.name[:40]}... is {length} bytes; "
-            f"names here may have up to {name_max - HIDDEN_NAME_ROOM} bytes"
-        )
-    try:
-        if not parent.is_dir():
-            raise UsageError(f"{option}: directory {parent} does not exist")
-        is_dir = path.is_dir()
-    except OSError as exc:
-        raise UsageError(f"{option}: {path} ({exc.strerror})") from None
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"{option}: directory {parent} is not writable")
-    if is_dir:
-        raise UsageError(f"{option}: {path} is a directory")
-    try:
-        with deferred_interrupts():  # no Ctrl-C or SIGTERM between creating and removing it
-            fd, probe = tempfile.mkstemp(dir=parent, prefix=".attnbench-probe-")
-            os.close(fd)
-            os.unlink(probe)
-    except OSError as exc:
-        raise UsageError(f"{option}: cannot create files in {parent} ({exc.strerror})") from None
-    return path
 
 
 MAX_MIN_TIME_S = 3600.0  # an hour of samples per case: beyond it a typo, not a study
