@@ -2,13 +2,31 @@
 
 >>> import attnbench
 >>> out = attnbench.get_backend("yoso-32")(q, k, v)   # q, k, v: [batch, heads, n, d]
+>>> rows = attnbench.time(seq="1k,4k", backends="sdpa,yoso-32")   # a pandas DataFrame
+
+Each study of the command line is a call here with the command's options (`time`,
+`profile`, `error`, `maps`, `model`, `train`, `compare`), returning its rows.
 """
 
-__all__ = ["Backend", "get_backend", "register"]
+__all__ = [
+    "Backend", "get_backend", "register",
+    "time", "profile", "error", "maps", "model", "train", "compare",
+]  # fmt: skip
+
+# the module of `attnbench.api` each study's call lives in
+_STUDIES = {
+    "time": "time", "profile": "time", "error": "error", "maps": "maps", "model": "model",
+    "train": "train", "compare": "compare",
+}  # fmt: skip
 
 
 def __getattr__(name: str):
-    """The backends (and torch with them) load on first use, so the command line starts fast."""
+    """The backends and studies (and torch with them) load on first use, so the command
+    line starts fast."""
+    import importlib
+
+    if name in _STUDIES:
+        return getattr(importlib.import_module(f"attnbench.api.{_STUDIES[name]}"), name)
     if name in __all__:
         from attnbench import backends
 

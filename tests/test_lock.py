@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
 from attnbench.errors import UsageError
+from attnbench.results.paths import env_sidecar
 from attnbench.results.read import read_rows
-from attnbench.results.schema import Row, env_sidecar
+from attnbench.results.schema import Row
 from attnbench.results.sink import ResultSink
 
 ENV = {"torch": "2.13.0", "threads": 1, "command": "attnbench time --seq 64"}
@@ -46,7 +47,7 @@ def files(folder: Path) -> dict[str, bytes]:
 
 
 def run_cli(args: list, monkeypatch) -> tuple[int, list[str]]:
-    monkeypatch.setattr("attnbench.cli.shared.ceilings", lambda *args, **kwargs: None)
+    monkeypatch.setattr("attnbench.run.procedure._ceilings", lambda *args, **kwargs: None)
     result = CliRunner().invoke(cli.app, [str(a) for a in args])
     assert "Traceback" not in result.output
     return result.exit_code, [line for line in result.stderr.splitlines() if line]

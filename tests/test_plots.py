@@ -8,9 +8,10 @@ import pytest
 from helpers import assert_figure_file, legend_texts, saved_figures, series
 from matplotlib.colors import to_hex
 
+from attnbench.results.paths import PLOT_SUFFIXES
 from attnbench.results.read import read_rows
 from attnbench.results.schema import Row, rows_frame
-from attnbench.views.figures import PLOT_SUFFIXES, case_parts, ok_rows
+from attnbench.views.figures import case_parts, ok_rows
 from attnbench.views.plots import error_figure, plot_results
 
 SEQS = (256, 512, 1024)

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
 from attnbench.results import formats
+from attnbench.results.paths import env_sidecar
 from attnbench.results.read import read_rows
 from attnbench.results.schema import (
     COLUMNS,
     SCHEMA_VERSION,
     Row,
-    env_sidecar,
     record,
     row_from_record,
     rows_frame,

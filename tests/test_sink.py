@@ -25,8 +25,9 @@ import attnbench.results.sink as results
 from attnbench.api.probes import HIDDEN_NAME_ROOM, writable_file
 from attnbench.errors import UsageError
 from attnbench.results.interrupts import Terminated, deferred_interrupts, sigterm_as_interrupt
+from attnbench.results.paths import env_sidecar
 from attnbench.results.read import read_rows
-from attnbench.results.schema import Row, env_sidecar, fingerprint
+from attnbench.results.schema import Row, fingerprint
 from attnbench.results.sink import ResultSink
 
 ROOT = Path(__file__).resolve().parent.parent

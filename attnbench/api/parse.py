@@ -269,3 +269,33 @@ def parse_bytes(text: str, option: str = "--memory-budget") -> int:
     if not MIN_BUDGET <= value <= MAX_BUDGET:
         raise UsageError(f"{option}: {text.strip()} is not in 1MiB..1024TiB")
     return int(value)
+
+
+def sizes_text(value) -> str | None:
+    """A list of lengths as the command line writes it: 4096, [1024, 4096] and "1k,4k"
+    all read as the same --seq."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    return ",".join(str(item) for item in value)
+
+
+def list_text(value) -> str:
+    """A comma list as the command line writes it, from a string or a list of strings."""
+    return value if isinstance(value, str) else ",".join(str(item) for item in value)
+
+
+def parse_inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids):
+    """The --inputs source, checked against the lengths; a file's own shape replaces batch,
+    heads and dim."""
+    from attnbench.inputs import Inputs
+
+    source = Inputs(kind, batch, heads, dim)
+    if source.on_grid and grids is None:
+        raise UsageError(f"--inputs {kind} is an image: give its size with --grid HxW")
+    if grids is None:
+        source.check_lengths(seqs)
+    else:
+        source.check_lengths([h * w for h, w in grids], "--grid")
+    return source

@@ -142,3 +142,20 @@ def writable_file(path: Path, option: str) -> Path:
 
 
 MIN_BUDGET, MAX_BUDGET = 2**20, 2**50  # 1 MiB .. 1 PiB
+
+
+def check_outputs(csv: Path | None, json: Path | None, plot: Path | None):
+    """The three output paths, each probed writable with the right suffix, and the CSV's
+    environment record apart from the JSON."""
+    from attnbench.results.paths import PLOT_SUFFIXES, env_sidecar
+
+    paths = (
+        output_path(csv, "--csv", (".csv",)),
+        output_path(json, "--json", (".json",)),
+        output_path(plot, "--plot", PLOT_SUFFIXES),
+    )
+    if csv is not None:
+        writable_file(env_sidecar(csv), "--csv")
+    if csv is not None and json is not None and env_sidecar(csv).resolve() == json.resolve():
+        raise UsageError(f"--json: {json} is where --csv keeps its environment record")
+    return paths

@@ -103,3 +103,26 @@ def _main(
 
 def main() -> None:
     app()
+
+
+def progress_bar():
+    """The run's progress on stderr (`views.progress`), for the API's `progress`."""
+    from attnbench.views.progress import ProgressBar
+
+    return ProgressBar(progress_console)
+
+
+def report_finished(finished, max_spread: float | None = None, metric: str | None = None,
+                    remedy: str | None = None) -> None:  # fmt: skip
+    """After a study's table: the warning naming its unstable cases (`max_spread` given),
+    then each file written."""
+    if max_spread is not None:
+        from attnbench.views.tables import unstable_warning
+
+        extra = () if metric is None else (metric, remedy)
+        warning = unstable_warning(finished.frame, max_spread, *extra)
+        if warning:
+            typer.echo(warning, err=True)
+    for path in (*finished.outcome.written, finished.plot):
+        if path is not None:
+            console.print(f"wrote {path}")

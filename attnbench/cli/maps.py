@@ -30,8 +30,8 @@ def maps_cmd(
     from attnbench.api.parse import check_seed, parse_grids, positive
     from attnbench.api.probes import check_inputs_fit, output_path
     from attnbench.backends import parse_backends
+    from attnbench.results.paths import PLOT_SUFFIXES
     from attnbench.studies.maps import MapsStudy
-    from attnbench.views.figures import PLOT_SUFFIXES
     from attnbench.views.maps import COLOURS, SCALES, plot_maps
 
     seed = check_seed(seed)

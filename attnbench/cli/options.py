@@ -58,14 +58,13 @@ Seed = Annotated[int, typer.Option(help="seed of the inputs and of stochastic ba
 Threads = Annotated[
     int | None, typer.Option(help="CPU threads for torch and numba (default: torch's)")
 ]
-Isolate = Annotated[
-    bool, typer.Option(help="run each case in a fresh process: a crash becomes a `crashed` row")
-]
+Isolate = Annotated[bool, typer.Option(hidden=True, help="deprecated: --executor isolated")]
 Executor = Annotated[
     str,
     typer.Option(
-        help="where cases run: local (this process; see --isolate) or ray (a Ray cluster: "
-        "each length's backends on one worker, a GPU or a block of CPUs each)"
+        help="where cases run: in-process, isolated (a fresh process per case: a crash "
+        "becomes a `crashed` row) or ray (a Ray cluster: each length's backends on one "
+        "worker, a GPU or a block of CPUs each)"
     ),
 ]
 RayAddress = Annotated[
@@ -92,3 +91,27 @@ Csv = Annotated[
 Json = Annotated[Path | None, typer.Option(help="write rows and environment to this JSON file")]
 Plot = Annotated[Path | None, typer.Option(help="draw the study's figure to this PNG/SVG/PDF")]
 Out = Annotated[Path | None, typer.Option("--out", "-o", help="figure path (PNG/SVG/PDF)")]
+
+
+def deprecated(old: str, new: str) -> None:
+    """One line on stderr: `old` still works in this release and goes in the next; `new`
+    says the same."""
+    typer.echo(f"attnbench: {old} is deprecated and goes in the next release; use {new}", err=True)
+
+
+def executor_name(executor: str, isolate: bool) -> str:
+    """--executor in this release's words: `local` and `--isolate` still work, each said
+    once to be deprecated."""
+    from attnbench.errors import UsageError
+
+    if executor == "local":
+        deprecated("--executor local", "--executor in-process")
+        executor = "in-process"
+    if isolate:
+        deprecated("--isolate", "--executor isolated")
+        if executor == "ray":
+            raise UsageError(
+                "--isolate runs cases here; a Ray worker that crashes is already a row"
+            )
+        executor = "isolated"
+    return executor

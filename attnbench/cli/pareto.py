@@ -22,7 +22,7 @@ def pareto_cmd(
 
     Prints the table; --out also draws the figure."""
     from attnbench.api.probes import output_path
-    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.results.paths import PLOT_SUFFIXES
     from attnbench.views.labels import backend_label
     from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
 

@@ -20,7 +20,7 @@ def plot_cmd(
 
     The figure goes to --out, by default the result file with the suffix .png."""
     from attnbench.api.probes import output_path
-    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.results.paths import PLOT_SUFFIXES
     from attnbench.views.plots import plot_results
 
     if not results.is_file():

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 def outputs(csv: Path | None, json: Path | None, plot: Path | None):
     """The three output paths, each probed writable with the right suffix."""
     from attnbench.api.probes import output_path, writable_file
-    from attnbench.results.schema import env_sidecar
-    from attnbench.views.figures import PLOT_SUFFIXES
+    from attnbench.results.paths import PLOT_SUFFIXES, env_sidecar
 
     paths = (
         output_path(csv, "--csv", (".csv",)),
@@ -217,7 +216,7 @@ def run_env(results: Path) -> dict | None:
     """The environment record of a result file: a CSV's .env.json sidecar, a JSON's "env"."""
     import json
 
-    from attnbench.results.schema import env_sidecar
+    from attnbench.results.paths import env_sidecar
 
     try:
         if results.suffix.lower() == ".json":

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -177,19 +175,6 @@ def fingerprint(env: dict) -> str:
     """A short hash of the environment fields that decide whether results are comparable."""
     text = json.dumps([env.get(key) for key in FINGERPRINT_KEYS], default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def output_target(path: Path) -> Path:
-    """The file a result path names: a symbolic link's target (so a link and its target
-    share one lock, and the link stays a link when the file is replaced), else the path."""
-    path = Path(path)
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
-
-
-def env_sidecar(csv_path: Path) -> Path:
-    """The environment record written next to a CSV: results.csv -> results.env.json (next
-    to the file a symbolic link names)."""
-    return output_target(csv_path).with_suffix(".env.json")
 
 
 def as_samples(value) -> list[float]:

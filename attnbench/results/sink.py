@@ -60,15 +60,14 @@ from attnbench.results.formats import (
 )
 from attnbench.results.interrupts import deferred_interrupts
 from attnbench.results.lock import Lock, Record, release, take_lock, write_record
+from attnbench.results.paths import env_sidecar, output_target
 from attnbench.results.read import read_rows
 from attnbench.results.schema import (
     COLUMNS,
     DONE_STATUSES,
     Row,
-    env_sidecar,
     fingerprint,
     is_missing,
-    output_target,
     record,
     record_columns,
 )

@@ -35,21 +35,26 @@ class Measure:
 
 
 class Study:
-    """The interface every study implements (the time, error, model and maps specs do).
+    """The interface every study implements (the time, error, model and maps studies do).
 
     `cases`: every case of the sweep, in running order. `measure`: the per-case
     measurement. `validate(cases)`: raise UsageError for a case that can never run.
     `finish(case, rows)`: the rows as they are written, given every earlier case (called in
     order, resumed cases included). `steady`: whether an isolated worker uses the steady
-    allocator, as the time study's own process does. `group_key(case)`: consecutive cases
-    with the same key, not None, are measured together by `measure.group`.
-    `comparison_key(case)`: the cases whose rows are related to one another (a speed-up
-    against the baseline of the same length); an executor that spreads a sweep over
-    workers runs each such comparison group on one worker, in one process, in order, so no
-    ratio spans two machines, and `finish` sees the group's cases in order. Cases measured
-    together (`group_key`) must fall in one comparison group."""
+    allocator, as the time study's own process does. `uses_ceilings`: the run loads this
+    machine's ceilings into the study's `ceilings` before its cases. `group_key(case)`:
+    consecutive cases with the same key, not None, are measured together by
+    `measure.group`. `comparison_key(case)`: the cases whose rows are related to one
+    another (a speed-up against the baseline of the same length); an executor that spreads
+    a sweep over workers runs each such comparison group on one worker, in one process, in
+    order, so no ratio spans two machines, and `finish` sees the group's cases in order.
+    Cases measured together (`group_key`) must fall in one comparison group."""
 
     steady: bool = False
+    uses_ceilings: bool = False  # rows are set against this machine's ceilings (`ceilings`)
+    device: str = "cpu"
+    seed: int | None = None
+    report: Callable[[str], None] | None = None  # a case's word on itself as it runs
 
     def group_key(self, case: Case) -> object | None:
         return None

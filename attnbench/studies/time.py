@@ -45,6 +45,7 @@ class TimeStudy(Study):
     """The study: every backend at every length; rows get their speed-up in `finish`."""
 
     steady: ClassVar[bool] = True  # timed calls reuse freed blocks; isolated workers do too
+    uses_ceilings: ClassVar[bool] = True
     name: ClassVar[str] = "time"  # the rows' study
 
     seqs: list[int]

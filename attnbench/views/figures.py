@@ -16,8 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UsageError
-
-PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+from attnbench.results.paths import PLOT_SUFFIXES
 
 # Columns that describe a case besides backend and n. Constant ones go in the title,
 # varying ones into the legend labels so distinct cases never share a line.
