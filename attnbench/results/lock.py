@@ -64,8 +64,8 @@ def take_lock(path: Path, owner: str, appended: bool) -> Lock:
 
     The kernel drops an flock when its holder dies, so a lock file left by a killed run is
     simply taken over; its record, where trusted (`appended`: cases are appended to `path`),
-    is kept as `owed` and the file left as it is, for the sink to cut back in the run's first
-    commit. A live holder is named in the error.
+    is kept as `owed` and the file left as it is, to be read as cut back to it and replaced
+    whole by the run's first commit (`repair`). A live holder is named in the error.
     """
     lock = path.with_name(f".{path.name}.lock")
     while True:

@@ -1,8 +1,9 @@
-"""The result sink: locks its outputs and commits each finished case to all of them.
+"""The result sink: each finished case committed to all of its outputs, in one step.
 
 Invariants, and why they hold:
-- While a sink is open no other attnbench run writes its outputs: each has an flock on a
-  `.NAME.lock` beside it, and the kernel drops an flock when its holder dies.
+- While a sink is open no other attnbench run writes its outputs, and a torn append is
+  repaired: `repair` holds that protocol (the lock beside each output, the record of its
+  committed length, cutting a torn file back), which the commits below keep.
 - Every output holds whole cases, the CSV and the JSON the same ones. A commit appends the
   case to the CSV, then to the JSON (`formats` explains the layout), each write fsynced
   before the next, with SIGINT and SIGTERM held off until every file holds the case. A write
@@ -18,13 +19,8 @@ Invariants, and why they hold:
   a case that brings a column
   the CSV header lacks (a backend parameter or condition not seen before) or that replaces
   the rows of a resumed case.
-- A torn append is repaired, and only once the run is under way. SIGKILL can cut a write
-  short, so while cases are appended the second line of an output's lock file records its
-  committed length and bytes (`lock` says how, and when a record is trusted); the line is
-  blank while the file is whole by construction. A run that takes over the lock of a dead
-  holder reads the output as cut back to that length, and its first commit replaces the
-  file whole; a run refused or stopped before that leaves the file, and the record, as
-  they were. Until then readers refuse the torn file.
+- A torn file left by a killed run is resumed from as cut back to its record, and is
+  replaced whole only by this run's first commit, once the run is under way.
 - An older file that cannot be replaced (immutable or append-only) refuses the run before
   any case, and a rename that fails puts back the files renamed before it, so the outputs
   never mix an older run's files with this one's.
@@ -32,13 +28,10 @@ Invariants, and why they hold:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import sys
-import tempfile
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.errors import UsageError
@@ -47,7 +40,6 @@ from attnbench.results.formats import (
     check_replaceable,
     csv_lines,
     csv_text,
-    cut_back,
     env_text,
     json_lines,
     json_text,
@@ -59,9 +51,9 @@ from attnbench.results.formats import (
     write_temp,
 )
 from attnbench.results.interrupts import deferred_interrupts
-from attnbench.results.lock import Lock, Record, release, take_lock, write_record
+from attnbench.results.lock import Lock
 from attnbench.results.paths import env_sidecar, output_target
-from attnbench.results.read import read_rows
+from attnbench.results.repair import Appended, lock_outputs, read_committed, release_all
 from attnbench.results.schema import (
     COLUMNS,
     DONE_STATUSES,
@@ -71,17 +63,6 @@ from attnbench.results.schema import (
     record,
     record_columns,
 )
-
-
-@dataclass
-class _Output:
-    """A file that cases are appended to: `end` is `len(head + body)`, where the next goes."""
-
-    path: Path
-    tail: bytes
-    lock: Lock
-    end: int = 0
-    digest: hashlib._Hash = field(default_factory=hashlib.sha256)  # of the first `end` bytes
 
 
 class ResultSink:
@@ -111,7 +92,7 @@ class ResultSink:
         self._by_case: dict[str, list[dict]] = {}  # self.records by case_id
         self._header: list[str] = []  # the CSV's columns
         self._locks: list[Lock] = []
-        self._appended: dict[Path, _Output] = {}
+        self._appended: dict[Path, Appended] = {}
         self._writing: Path | None = None  # the file being written, for the error line
         self._open = False
         self._fresh = False  # nothing written yet: the first case rewrites every output
@@ -125,11 +106,7 @@ class ResultSink:
         try:
             owner = self.env.get("command") or shlex.join(sys.argv)
             tails = {self.csv: b"", self.json: JSON_TAIL.encode()}
-            for path in self.outputs:
-                lock = take_lock(path, owner, appended=path in tails)
-                self._locks.append(lock)
-                if path in tails:
-                    self._appended[path] = _Output(path, tails[path], lock)
+            self._appended = lock_outputs(self.outputs, tails, owner, self.run_id, self._locks)
             for path in self.outputs:
                 remove_leftover_temps(path)
                 check_replaceable(path)
@@ -214,18 +191,8 @@ class ResultSink:
         source = self.source
         if source is None:
             return []
-        out = self._appended.get(source)
-        owed = None if out is None else out.lock.owed
         try:
-            if owed is None:
-                frame, data = read_rows(source), source.read_bytes()
-            else:  # a copy cut back is read: the file is not changed before a commit
-                data = source.read_bytes()[: owed.end] + out.tail
-                with tempfile.TemporaryDirectory(prefix="attnbench-") as folder:
-                    copy = Path(folder, source.name)
-                    copy.write_bytes(data)
-                    frame = read_rows(copy)
-            text = data.decode()
+            frame, text = read_committed(self._appended[source])
         except (ValueError, OSError) as exc:
             raise UsageError(f"--resume: cannot read {source} ({exc})") from None
         # a parameter or condition column is empty on rows of backends that lack it
@@ -275,9 +242,9 @@ class ResultSink:
         if self.json is not None:
             texts[self.json] = json_text(self.env, records)
         for out in self._appended.values():
-            if out.lock.owed is None:
+            if not out.torn:
                 self._writing = out.path
-                self._record(out, blank=True)  # whole before the rename and after it
+                out.mark_whole()  # whole before the rename and after it
         temps: list[tuple[str, Path]] = []
         aside: dict[Path, str | None] = {}  # None: no file there, or no hard links
         renamed: list[Path] = []
@@ -298,11 +265,7 @@ class ResultSink:
             for name in [tmp for tmp, _ in temps] + [a for a in aside.values() if a]:
                 Path(name).unlink(missing_ok=True)
         for path, out in self._appended.items():
-            data = texts[path].encode()
-            out.end = len(data) - len(out.tail)
-            out.digest = hashlib.sha256(data[: out.end])
-            self._record(out, blank=True)
-            out.lock.owed, out.lock.keep = None, False
+            out.replaced(texts[path].encode())
         self._header = record_columns(records)
 
     def _append(self, new: list[dict]) -> None:
@@ -313,38 +276,22 @@ class ResultSink:
             texts[self.csv] = csv_lines(new, self._header)
         if self.json is not None:
             texts[self.json] = json_lines(new, first=not self.records)
-        started: list[tuple[_Output, int, hashlib._Hash]] = []
+        started: list[tuple[Appended, tuple]] = []
         try:
             for path, text in texts.items():
                 out, data = self._appended[path], text.encode()
                 self._writing = path
-                self._record(out)  # where to cut back to, should the write tear
-                started.append((out, out.end, out.digest.copy()))
+                out.record()  # where to cut back to, should the write tear
+                started.append((out, out.mark()))
                 write_at(path, out.end, data + out.tail)
-                out.end += len(data)
-                out.digest.update(data)
-                self._record(out)
+                out.appended(data)
         except BaseException:
-            for out, end, digest in reversed(started):
-                out.end, out.digest = end, digest
-                self._cut_back(out)
+            for out, mark in reversed(started):
+                out.cut_back(mark)
             raise
 
-    def _cut_back(self, out: _Output) -> None:
-        try:
-            self._record(out)
-            cut_back(out.path, out.end, out.tail)
-        except OSError:
-            out.lock.keep = True  # the next run to take the lock cuts the file back
-
-    def _record(self, out: _Output, blank: bool = False) -> None:
-        """Record the committed part of `out` (`blank`: none, the file is whole) in its lock."""
-        record = None if blank else Record(out.end, self.run_id, out.digest.hexdigest())
-        write_record(out.lock, record)
-
     def _release(self) -> None:
-        while self._locks:
-            release(self._locks.pop())
+        release_all(self._locks)
 
 
 def _case_key(flat: dict):
