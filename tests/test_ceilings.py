@@ -233,11 +233,11 @@ def test_zero_or_missing_ceilings_give_no_share_rather_than_an_error():
 def test_tables_mark_rows_above_their_bound():
     over = _row(130.0, over_bound="130% of L2: cost model overcounts the work")
     text = _render(stage_table(rows_frame([_row(50.0), over])))
-    assert "130% !" in text and "50%" in text and "50% !" not in text
+    assert "130 % L2 !" in text and "50 % L2" in text and "50 % L2 !" not in text
     assert "above 100 % of its roofline bound" in text and "cost model overcounts" in text
     whole = _row(329.0, metric="time_ms", stage="", over_bound="329% of compute: ceilings")
     text = _render(time_table(rows_frame([whole]), "sdpa", 0.1))
-    assert "329% L2 !" in text and "329% of compute" in text
+    assert "329 % L2 !" in text and "329% of compute" in text
 
 
 def _row(pct: float, metric: str = "stage_ms", stage: str = "hash", **fields) -> Row:

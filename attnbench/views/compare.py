@@ -40,7 +40,7 @@ import pandas as pd
 from attnbench.errors import UsageError
 from attnbench.measure.rounds import split
 from attnbench.results.read import read_rows
-from attnbench.results.schema import as_sizes, unstable
+from attnbench.results.schema import as_sizes, is_missing, unstable
 from attnbench.views.intervals import RESAMPLES, ratio_interval, runs_interval, units
 from attnbench.views.metrics import is_error
 
@@ -271,7 +271,7 @@ def _rounds(row: dict, study: str) -> list[list[float]]:
 
 def _norm(value) -> str:
     """Key values as text, so 512, 512.0 and "512" (CSV vs JSON) match and NaN matches None."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return ""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))

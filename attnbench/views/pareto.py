@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from attnbench.errors import UsageError
-from attnbench.results.schema import unstable
+from attnbench.results.schema import is_missing, unstable
 from attnbench.views.figures import (
     UNSTABLE_LABEL,
     atomic_save,
@@ -142,9 +142,9 @@ def plot_pareto(
             color = "C0" if p["front"] else "0.55"
             below = i % 2 == 1 and p["error"] > low
             xerr = [[max(p["time_ms"] - p["p10"], 0)], [max(p["p90"] - p["time_ms"], 0)]]
-            yerr = p["error_std"] if pd.notna(p["error_std"]) else None
+            yerr = None if is_missing(p["error_std"]) else p["error_std"]
             face = "white" if p["unstable"] else color  # hollow: its time was flagged
-            ax.errorbar(p["time_ms"], p["error"], xerr=None if pd.isna(p["p10"]) else xerr,
+            ax.errorbar(p["time_ms"], p["error"], xerr=None if is_missing(p["p10"]) else xerr,
                         yerr=yerr, marker="o" if p["front"] else "s", color=color,
                         markerfacecolor=face, markersize=6, capsize=2,
                         linestyle="none")  # fmt: skip
@@ -214,8 +214,8 @@ def render_table(points: pd.DataFrame, metric: str = DEFAULT_METRIC):
     for name in ("backend", "time ms", "p10–p90", metric, "± std", "front"):
         table.add_column(name, justify="left" if name == "backend" else "right")
     for _, p in points.iterrows():
-        spread = "" if pd.isna(p["p10"]) else f"{p['p10']:.3g}–{p['p90']:.3g}"
-        std = "" if pd.isna(p["error_std"]) else f"{p['error_std']:.3g}"
+        spread = "" if is_missing(p["p10"]) else f"{p['p10']:.3g}–{p['p90']:.3g}"
+        std = "" if is_missing(p["error_std"]) else f"{p['error_std']:.3g}"
         table.add_row(
             backend_label(str(p["backend"])), f"{p['time_ms']:.3g}", spread,
             f"{p['error']:.4g}", std, "yes" if p["front"] else "",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,8 @@ import pandas as pd
 
 from attnbench.results.read import read_rows
 from attnbench.results.schema import is_missing
+from attnbench.views import cells
 from attnbench.views.cells import markdown_table
-from attnbench.views.cells import number as _num
-from attnbench.views.cells import size as _size
-from attnbench.views.cells import size_header as _size_header
 from attnbench.views.summaries import SLOPE, SLOPE_NOTE, plain_table, slope_table
 from attnbench.views.tables import inapplicable
 
@@ -210,21 +207,19 @@ def time_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bo
     for index, row in times.iterrows():
         key = (row["inputs"], int(row["seq"]))
         ok = row["status"] == "ok"
-        value = float(row["value"]) if ok else math.nan
-        speedup = speedups[index]
         rows.append(
             [
                 f"`{row['backend']}`",
-                _size(row),
-                _ms(value),
-                _interval(row["p10"], row["p90"]) if ok else "–",
-                f"{speedup:.3g}×" if not math.isnan(speedup) else "–",
-                _num(peak.get((row["backend"], *key))),
-                _status(row),
+                cells.size(row),
+                cells.ms(row["value"]) if ok else cells.MISSING,
+                cells.interval(row["p10"], row["p90"]) if ok else cells.MISSING,
+                cells.speedup(speedups[index]),
+                cells.mib(peak.get((row["backend"], *key))),
+                cells.status(row, brief=True),
             ]
         )
-    header = ["backend", _size_header(frame), "median", "p10 – p90", f"vs {BASELINE}", "peak MiB"]
-    return [*header, "status"], rows, [False, True, True, True, True, True, False]
+    header = ["backend", cells.size_header(frame), "median", "p10 – p90", f"vs {BASELINE}"]
+    return [*header, "peak MiB", "status"], rows, [False, True, True, True, True, True, False]
 
 
 def _speedups(times: pd.DataFrame) -> pd.Series:
@@ -284,16 +279,15 @@ def model_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
     rows = []
     for _, row in frame[frame["metric"] == "time_per_instance_ms"].iterrows():
         key = (row["backend"], int(row["seq"]))
-        batch = values.get((*key, "batch"))
         rows.append(
             [
                 f"`{row['backend']}`",
-                _size(row),
-                "–" if is_missing(batch) else str(int(float(batch))),
-                _ms(values.get((*key, "time_per_instance_ms"))),
-                _num(values.get((*key, "peak_mib_per_instance"))),
-                _ms(values.get((*key, "step_ms"))),
-                _status(row),
+                cells.size(row),
+                cells.count(values.get((*key, "batch"))),
+                cells.ms(values.get((*key, "time_per_instance_ms"))),
+                cells.mib(values.get((*key, "peak_mib_per_instance"))),
+                cells.ms(values.get((*key, "step_ms"))),
+                cells.status(row, brief=True),
             ]
         )
     header = ["backend", "n", "batch", "time / instance", "peak MiB / instance", "step"]
@@ -303,25 +297,23 @@ def model_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[b
 def error_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list[bool]]:
     """One row per (backend, size), one column per metric: mean ± std over trials."""
     metrics = list(dict.fromkeys(frame["metric"]))
-    cells: dict[tuple, dict[str, str]] = {}
+    texts: dict[tuple, dict[str, str]] = {}
     status: dict[tuple, str] = {}
     for _, row in frame.iterrows():
-        key = (row["backend"], _size(row))
-        cells.setdefault(key, {})
+        key = (row["backend"], cells.size(row))
+        texts.setdefault(key, {})
         if row["status"] == "ok" and inapplicable(row):
-            cells[key][row["metric"]] = "n/a (unit rows)"
+            texts[key][row["metric"]] = "n/a (unit rows)"
         elif row["status"] == "ok":
-            std = row.get("std")
-            text = _num(row["value"])
-            cells[key][row["metric"]] = text if is_missing(std) else f"{text} ± {_num(std)}"
+            texts[key][row["metric"]] = cells.mean_std(row["value"], row.get("std"))
         else:
-            status[key] = _status(row)
+            status[key] = cells.status(row, brief=True)
     rows = [
-        [f"`{backend}`", size, *(cells[(backend, size)].get(m, "–") for m in metrics)]
+        [f"`{backend}`", size, *(texts[(backend, size)].get(m, cells.MISSING) for m in metrics)]
         + [status.get((backend, size), "ok")]
-        for backend, size in cells
+        for backend, size in texts
     ]
-    header = ["backend", _size_header(frame), *metrics, "status"]
+    header = ["backend", cells.size_header(frame), *metrics, "status"]
     return header, rows, [False, True, *([True] * len(metrics)), False]
 
 
@@ -339,47 +331,22 @@ def profile_table(frame: pd.DataFrame) -> tuple[list[str], list[list[str]], list
     rows = []
     for _, row in frame[frame["metric"].isin(["time_ms", "unmarked_ms", "stage_ms"])].iterrows():
         if row["metric"] == "unmarked_ms":
-            rows.append(["", "", "whole call, interleaved", _ms(row["value"]), *[""] * 5])
+            rows.append(["", "", "whole call, interleaved", cells.ms(row["value"]), *[""] * 5])
             continue
         whole = row["metric"] == "time_ms"
-        bound = "" if is_missing(row.get("bound")) else str(row["bound"])
-        pct = row.get("bound_pct")
         rows.append(
             [
                 f"`{row['backend']}`" if whole else "",
-                _size(row) if whole else "",
+                cells.size(row) if whole else "",
                 "whole call" if whole else str(row["stage"]),
-                _ms(row["value"]) if row["status"] == "ok" else _status(row),
-                "" if whole else f"{float(row['share']):.0%}",
-                _num(row.get("gflops_alg")),
-                _num(row.get("gbs_alg")),
-                f"{_num(pct)} % {bound}" if not is_missing(pct) else "–",
-                _num(row.get("gflops_dense")) if whole else "",
+                cells.ms(row["value"]) if row["status"] == "ok" else cells.status(row, True),
+                "" if whole else cells.percent(row["share"]),
+                cells.number(row.get("gflops_alg")),
+                cells.number(row.get("gbs_alg")),
+                cells.bound(row),
+                cells.number(row.get("gflops_dense")) if whole else "",
             ]
         )
-    header = ["backend", _size_header(frame), "stage", "median", "share", "GFLOP/s", "GB/s"]
+    header = ["backend", cells.size_header(frame), "stage", "median", "share", "GFLOP/s", "GB/s"]
     header += ["% of bound", "dense-eq. GFLOP/s"]
     return header, rows, [False, True, False, True, True, True, True, False, True]
-
-
-def _status(row) -> str:
-    if row["status"] == "ok":
-        return "ok"
-    reason = "" if is_missing(row.get("reason")) else str(row["reason"]).split(". ")[0]
-    reason = reason if len(reason) <= 60 else reason[:57] + "..."
-    return f"{row['status']} ({reason})" if reason else str(row["status"])
-
-
-def _interval(low, high) -> str:
-    """Format LOW – HIGH UNIT, both ends in the unit of the upper one (s from 1000 ms up)."""
-    if is_missing(low) or is_missing(high):
-        return "–"
-    unit, scale = ("s", 1000.0) if float(high) >= 1000 else ("ms", 1.0)
-    return f"{_num(float(low) / scale)} – {_num(float(high) / scale)} {unit}"
-
-
-def _ms(value) -> str:
-    if is_missing(value):
-        return "–"
-    value = float(value)
-    return f"{value / 1000:.3g} s" if value >= 1000 else f"{_num(value)} ms"

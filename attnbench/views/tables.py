@@ -2,7 +2,8 @@
 
 A run's table reads the frame of `rows_frame(rows)` (the columns a result file has, so
 `read_rows(path)` works too): one row per record, missing numbers as NaN or None. Tables only
-read rows: a speed-up is the study's `speedup` column, never recomputed here.
+read rows: a speed-up is the study's `speedup` column, never recomputed here. Each cell's
+text is `cells`' (the same value reads the same here and in the docs' Markdown tables).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rich.table import Table
 from attnbench.errors import UsageError
 from attnbench.measure.metrics import SLOPE
 from attnbench.results.schema import CONDITION_KEYS, is_missing
+from attnbench.views import cells
+from attnbench.views.cells import MISSING
 from attnbench.views.labels import backend_label
 
 
@@ -30,19 +33,19 @@ def time_table(
     `ceilings_note` (provisional ceilings) before the rows above their bound."""
     table = Table(title="attnbench time", box=box.SIMPLE_HEAD)
     records = _records(frame)
-    images = bool(records) and all(not is_missing(r.get("grid_h")) for r in records)
-    size = "H×W" if images else "n"
-    columns = ("backend", size, "median\nms", "mean\nms", "p10-p90\nms", "spread", "peak\nMiB")
+    size = cells.size_header(frame)
+    columns = ("backend", size, "median", "mean", "p10 – p90", "spread", "peak\nMiB")
     for column in columns:
         left = column == "backend"
-        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+        table.add_column(column, justify="left" if left else "right", no_wrap=column != columns[4])
     paired = any(not is_missing(r.get("speedup_low")) for r in records)
     interval = " (95% CI)" if paired else ""
     label = f"speed-up{interval}\nvs {backend_label(baseline)}"
-    table.add_column(label, justify="right", no_wrap=True)
-    table.add_column("GFLOP/s\nalg. / dense-eq.", justify="right", no_wrap=True)
-    table.add_column("% of\nbound", justify="right", no_wrap=True)
-    table.add_column("status")
+    # where the console is narrow, these wrap at their spaces rather than lose characters
+    table.add_column(label, justify="right")
+    table.add_column("GFLOP/s\nalg. / dense-eq.", justify="right")
+    table.add_column("% of\nbound", justify="right")
+    table.add_column("status", min_width=len(cells.UNSTABLE))
     times = {_case(r): r for r in records if r["metric"] == "time_ms"}
     peaks = {_case(r): r["value"] for r in records if r["metric"] == "peak_mib"}
     captions = [
@@ -57,28 +60,18 @@ def time_table(
         peak = peaks.get(case)
         table.add_row(
             backend_label(r["backend"]),
-            f"{int(r['grid_h'])}x{int(r['grid_w'])}" if images else _n(r["seq"]),
-            _ms(r["value"]) if ok else "-",
-            _ms(sum(samples) / len(samples)) if ok and _has(samples) else "-",
-            f"{_ms(r['p10'])}-{_ms(r['p90'])}" if ok else "-",
-            _spread(r, max_spread) if ok else "-",
-            f"{peak:.1f}" if not is_missing(peak) else "-",
-            _speedup(r),
-            _rates(r) if ok else "-",
-            _bound(r) if ok else "-",
-            "[yellow]unstable[/yellow]" if _unstable(r) else _status(r),
+            cells.size(r),
+            cells.ms(r["value"]) if ok else MISSING,
+            cells.ms(sum(samples) / len(samples)) if ok and _has(samples) else MISSING,
+            cells.interval(r["p10"], r["p90"]) if ok else MISSING,
+            _spread(r, max_spread) if ok else MISSING,
+            cells.mib(peak),
+            cells.speedup(r.get("speedup"), r.get("speedup_low"), r.get("speedup_high")),
+            _rates(r) if ok else MISSING,
+            escape(cells.bound(r)) if ok else MISSING,
+            _status(r),
         )
     return table
-
-
-def _speedup(record: dict) -> str:
-    """The speed-up, with its interval when rounds paired it with the baseline's."""
-    speedup, low, high = (record.get(k) for k in ("speedup", "speedup_low", "speedup_high"))
-    if is_missing(speedup) or not speedup:
-        return "-"
-    if is_missing(low) or is_missing(high):
-        return f"{speedup:.2f}x"
-    return f"{speedup:.2f}x ({low:.2f}-{high:.2f})"
 
 
 def _speedup_gaps(times: list[dict], baseline: str) -> str | None:
@@ -90,7 +83,8 @@ def _speedup_gaps(times: list[dict], baseline: str) -> str | None:
     label = backend_label(baseline)
     if not any(r["backend"] == baseline for r in times):
         return f"speed-up: none, {label} (--baseline) was not among the backends of this run"
-    return f"speed-up '-': {label} (--baseline) has no time at that size (it failed or was skipped)"
+    why = "has no time at that size (it failed or was skipped)"
+    return f"speed-up '{MISSING}': {label} (--baseline) {why}"
 
 
 def stage_table(frame: pd.DataFrame, ceilings_note: str | None = None) -> Table:
@@ -107,13 +101,13 @@ def stage_table(frame: pd.DataFrame, ceilings_note: str | None = None) -> Table:
     )
     captions = [escape(ceilings_note or ""), over_bound_note(_records(frame))]
     table.caption = "\n".join(c for c in captions if c) or None
-    columns = ("backend", "n", "stage", "ms", "share", "GFLOP/s", "GB/s", "FLOP/B", "bound")
-    for column in (*columns, "% of\nbound", "GFLOP/s\ndense-eq."):
-        left = column in ("backend", "stage", "bound")
+    columns = ("backend", cells.size_header(frame), "stage", "median", "share", "GFLOP/s")
+    for column in (*columns, "GB/s", "FLOP/B", "% of bound", "GFLOP/s\ndense-eq."):
+        left = column in ("backend", "stage", "% of bound")
         table.add_column(column, justify="left" if left else "right", no_wrap=True)
     for r in _records(frame):
         if r["metric"] == "unmarked_ms":
-            table.add_row("", "", "whole call, interleaved", _ms(r["value"]))
+            table.add_row("", "", "whole call, interleaved", cells.ms(r["value"]))
             continue
         if r["metric"] not in ("time_ms", "stage_ms"):
             continue
@@ -121,22 +115,21 @@ def stage_table(frame: pd.DataFrame, ceilings_note: str | None = None) -> Table:
         if whole and table.row_count:
             table.add_section()
         if r["status"] != "ok":
-            table.add_row(backend_label(r["backend"]), _n(r["seq"]), _status(r))
+            table.add_row(backend_label(r["backend"]), cells.size(r), _status(r))
             continue
         table.add_row(
             backend_label(r["backend"]) if whole else "",
-            _n(r["seq"]) if whole else "",
-            ("whole call" + (" [yellow]unstable[/yellow]" if _unstable(r) else ""))
+            cells.size(r) if whole else "",
+            ("whole call" + (f" [yellow]{cells.UNSTABLE}[/yellow]" if cells.unstable(r) else ""))
             if whole
             else escape(str(r["stage"])),
-            _ms(r["value"]),
-            "" if whole or is_missing(r.get("share")) else f"{r['share']:.0%}",
-            _number(r.get("gflops_alg"), "{:.1f}"),
-            _number(r.get("gbs_alg"), "{:.1f}"),
-            _number(r.get("intensity_alg"), "{:.2f}"),
-            _text(r.get("bound")),
-            _number(r.get("bound_pct"), "{:.0f}%") + (" !" if _over(r) else ""),
-            _number(r.get("gflops_dense"), "{:.1f}"),
+            cells.ms(r["value"]),
+            "" if whole else cells.percent(r.get("share")),
+            cells.number(r.get("gflops_alg")),
+            cells.number(r.get("gbs_alg")),
+            cells.number(r.get("intensity_alg")),
+            escape(cells.bound(r)),
+            cells.number(r.get("gflops_dense")),
         )
     return table
 
@@ -148,12 +141,10 @@ def unstable_warning(
     what takes more samples (`remedy`), or None if none was."""
     from attnbench.measure.conditions import likely_cause
 
-    unstable = [r for r in _records(frame) if r["metric"] == metric and _unstable(r)]
+    unstable = [r for r in _records(frame) if r["metric"] == metric and cells.unstable(r)]
     if not unstable:
         return None
-    names = ", ".join(
-        f"{backend_label(r['backend'])} n={_n(r['seq'])} ({_symptoms(r)})" for r in unstable
-    )
+    names = ", ".join(f"{_case_name(r)} ({_symptoms(r)})" for r in unstable)
     cause = likely_cause([_conditions(r) for r in unstable])
     return (
         f"warning: {len(unstable)} case(s) unstable (spread IQR/median above {max_spread:.0%}, "
@@ -168,10 +159,10 @@ def error_table(frame: pd.DataFrame) -> Table:
     magnitude are left out for backends whose outputs are unit rows (`inapplicable`), and
     the caption says so."""
     table = Table(
-        title="attnbench error (mean +- std over trials; slopes: fit over all n, +- std error)"
+        title="attnbench error (mean ± std over trials; slopes: fit over all n, ± std error)"
     )
-    for column in ("backend", "n", "metric", "value", "std"):
-        table.add_column(column, justify="right" if column in ("n", "value", "std") else "left")
+    for column in ("backend", cells.size_header(frame), "metric", "mean ± std"):
+        table.add_column(column, justify="left" if column in ("backend", "metric") else "right")
     records = _records(frame)
     left_out = sorted({backend_label(r["backend"]) for r in records if inapplicable(r)})
     if left_out:
@@ -183,12 +174,12 @@ def error_table(frame: pd.DataFrame) -> Table:
     records = [r for r in records if not inapplicable(r)]
     slopes = [r for r in records if r["metric"].startswith(SLOPE)]
     for r in [r for r in records if not r["metric"].startswith(SLOPE)] + slopes:
-        n = "all n" if r["metric"].startswith(SLOPE) else _n(r["seq"])
+        n = "all n" if r["metric"].startswith(SLOPE) else cells.size(r)
         label = backend_label(r["backend"])
         if r["status"] != "ok":
-            table.add_row(label, n, r["metric"], _status(r), "")
+            table.add_row(label, n, r["metric"], _status(r))
             continue
-        table.add_row(label, n, r["metric"], f"{r['value']:.4g}", f"{r['std']:.2g}")
+        table.add_row(label, n, r["metric"], cells.mean_std(r["value"], r.get("std")))
     return table
 
 
@@ -222,35 +213,36 @@ def model_table(frame: pd.DataFrame) -> Table:
     memory per instance (the paper's Fig. 7 values), step time and total peak, status (an
     unstable time is marked there, as in the time table)."""
     table = Table(title="attnbench model (training step at the largest batch that fits)")
-    columns = ("backend", "n", "batch", "ms / instance", "MiB / instance", "step ms", "peak MiB")
+    columns = ("backend", cells.size_header(frame), "batch", "time / instance")
+    columns += ("peak MiB / instance", "step", "peak MiB")
     for column in columns:
         table.add_column(column, justify="left" if column == "backend" else "right")
     table.add_column("status")
     cases: dict[tuple, dict] = {}
     for r in _records(frame):
         cases.setdefault((r["backend"], r["seq"]), {})[r["metric"]] = r
-    for (backend, n), metrics in cases.items():
+    for (backend, _), metrics in cases.items():
         main = metrics.get("time_per_instance_ms") or next(iter(metrics.values()))
         ok = main["status"] == "ok"
 
-        def cell(metric: str, fmt: str, metrics=metrics, ok=ok) -> str:
+        def cell(metric: str, text, metrics=metrics, ok=ok) -> str:
             row = metrics.get(metric)
-            return fmt.format(row["value"]) if ok and row and not is_missing(row["value"]) else "-"
+            return text(row["value"]) if ok and row else MISSING
 
         table.add_row(
             backend_label(backend),
-            _n(n),
-            cell("batch", "{:.0f}"),
-            cell("time_per_instance_ms", "{:.3f}"),
-            cell("peak_mib_per_instance", "{:.2f}"),
-            cell("step_ms", "{:.1f}"),
-            cell("peak_mib", "{:.1f}"),
-            "[yellow]unstable[/yellow]" if _unstable(main) else _status(main),
+            cells.size(main),
+            cell("batch", cells.count),
+            cell("time_per_instance_ms", cells.ms),
+            cell("peak_mib_per_instance", cells.mib),
+            cell("step_ms", cells.ms),
+            cell("peak_mib", cells.mib),
+            _status(main),
         )
     return table
 
 
-# ----------------------------------------------------------------------------- cells
+# ------------------------------------------------------------- rows, markup, captions
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -266,9 +258,9 @@ def _has(samples) -> bool:
     return isinstance(samples, list | tuple) and len(samples) > 0
 
 
-def _n(seq) -> str:
-    """A length as an integer, also when the frame's column is float (a row lacked one)."""
-    return "-" if is_missing(seq) else str(int(seq))
+def _case_name(record: dict) -> str:
+    """A case in a line of text: "yoso-8 n=1024"."""
+    return f"{backend_label(record['backend'])} n={cells.count(record['seq'])}"
 
 
 def _text(value) -> str:
@@ -276,62 +268,34 @@ def _text(value) -> str:
 
 
 def _status(record: dict) -> str:
-    """Status and reason, as text: a reason such as "[enforce fail at ...]" is no markup."""
-    reason = _text(record.get("reason"))
-    return escape(f"{record['status']}: {reason}" if reason else str(record["status"]))
-
-
-def _unstable(record: dict) -> bool:
-    """An ok case the study judged unstable (stable False; None: not judged)."""
-    stable = record.get("stable")
-    return record["status"] == "ok" and not is_missing(stable) and not bool(stable)
+    """The status cell (rich markup): unstable in yellow, else status and reason as text (a
+    reason such as "[enforce fail at ...]" is no markup)."""
+    if cells.unstable(record):
+        return f"[yellow]{cells.UNSTABLE}[/yellow]"
+    return escape(cells.status(record))
 
 
 def _spread(record: dict, max_spread: float) -> str:
     """IQR / median of the kept samples, with a `!` when above max_spread."""
     spread = record.get("spread")
-    if is_missing(spread):
-        return "-"
-    return f"{spread:.1%}" + (" !" if spread > max_spread else "")
-
-
-def _ms(value: float) -> str:
-    """Milliseconds to about four significant digits."""
-    return f"{value:.1f}" if value >= 100 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
-
-
-def _number(value, fmt: str) -> str:
-    return "-" if is_missing(value) else fmt.format(value)
+    above = not is_missing(spread) and spread > max_spread
+    return cells.percent(spread) + (f" {cells.OVER}" if above else "")
 
 
 def _rates(record: dict) -> str:
     """Achieved GFLOP/s by the algorithmic and by the dense-equivalent count."""
     alg, dense = record.get("gflops_alg"), record.get("gflops_dense")
-    return f"{_number(alg, '{:.1f}')} / {_number(dense, '{:.1f}')}"
-
-
-def _bound(record: dict) -> str:
-    """% of the roofline bound reached, and which bound: "13% compute", "75% L2"; "!"
-    where the row is above its bound."""
-    pct, bound = record.get("bound_pct"), _text(record.get("bound"))
-    return "-" if is_missing(pct) else f"{pct:.0f}% {bound}" + (" !" if _over(record) else "")
-
-
-def _over(record: dict) -> bool:
-    """The row reads above 100 % of its bound (its `over_bound` names the likely cause)."""
-    return bool(_text(record.get("over_bound")))
+    return f"{cells.number(alg)} / {cells.number(dense)}"
 
 
 def over_bound_note(records: list[dict]) -> str | None:
     """ "! above its bound" and each such row's likely cause, a line per row (rich markup,
     escaped); None if none."""
-    over = [r for r in records if r["status"] == "ok" and _over(r)]
+    over = [r for r in records if r["status"] == "ok" and cells.over_bound(r)]
     if not over:
         return None
     lines = [
-        f"{backend_label(r['backend'])} n={_n(r['seq'])}"
-        + (f" {r['stage']}" if _text(r.get("stage")) else "")
-        + f": {r['over_bound']}"
+        _case_name(r) + (f" {r['stage']}" if _text(r.get("stage")) else "") + f": {r['over_bound']}"
         for r in over
     ]
     return escape("! above 100 % of its roofline bound, likely causes:\n" + "\n".join(lines))
@@ -345,8 +309,8 @@ def _conditions(record: dict) -> dict:
 def _symptoms(record: dict) -> str:
     """What made a case unstable: its spread, and its CPU wait when that was recorded."""
     spread = record.get("spread")
-    found = [] if is_missing(spread) else [f"spread {spread:.0%}"]
+    found = [] if is_missing(spread) else [f"spread {cells.percent(spread)}"]
     wait = _conditions(record).get("cpu_wait")
     if wait is not None:
-        found.append(f"CPU wait {wait:.0%}")
+        found.append(f"CPU wait {cells.percent(wait)}")
     return ", ".join(found)
