@@ -7,51 +7,53 @@ spelled out) names the backend in result rows, so a row says exactly what ran.
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import math
 import re
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from attnbench.backends.cost import Cost, Shape
+from attnbench.backends.names import (
+    ENTRY_POINT_GROUP,
+    MAX_PARAM,
+    MODULES,
+    parse_rule,
+    parse_values,
+    read_spec,
+    split_specs,
+)
+from attnbench.backends.names import MAX_SEED_PARAM as MAX_SEED_PARAM
+from attnbench.backends.names import parse_int as parse_int
 from attnbench.errors import UsageError
 from attnbench.measure import is_cuda, stageclock
 
 if TYPE_CHECKING:
     from attnbench.case import Case
 
-ENTRY_POINT_GROUP = "attnbench.backends"
-
 
 @dataclass(frozen=True)
 class Param:
-    """A backend parameter: default, a parser from text (raises ValueError), and help."""
+    """A backend parameter: default, a parser from text (raises ValueError), and help.
+    `rule` is the parser as data when `names.parse_rule` is it (None: a parser of its own),
+    so a spec's values are checked before the backend loads."""
 
     default: Any
     parse: Callable[[str], Any]
     help: str = ""
+    rule: tuple | None = None
 
 
-# Bounds of a backend's integer parameters when none is given: sizes and counts stay in
-# int32, seeds in what torch and numpy generators accept, so no value overflows a kernel.
-MAX_PARAM = 2**31 - 1
-MAX_SEED_PARAM = 2**63 - 1
-
-
-def parse_int(text: str) -> int:
-    """An integer written in ASCII digits, with an optional minus sign. Python's int() also
-    takes other scripts' digits, underscores and spaces ("\uff13\uff12", "3_2"), which would
-    make two specs of one backend differ in text: refused, so a spec is written one way."""
-    text = str(text)
-    if not re.fullmatch(r"-?[0-9]+", text):
-        raise ValueError("must be an integer in ASCII digits")
-    return int(text)
+def rule_param(default: Any, rule: tuple, help: str = "") -> Param:
+    """A parameter read by `names.parse_rule(rule, text)`."""
+    return Param(default, partial(parse_rule, rule), help, rule)
 
 
 def parse_float(text: str) -> float:
@@ -66,40 +68,18 @@ def parse_float(text: str) -> float:
 
 
 def int_param(default: int, lo: int = 1, hi: int | None = None, help: str = "") -> Param:
-    hi = MAX_PARAM if hi is None else hi
-
-    def parse(text: str) -> int:
-        value = parse_int(text)
-        if not lo <= value <= hi:
-            raise ValueError(f"must be in {lo}..{hi}")
-        return value
-
-    return Param(default, parse, help)
+    """An integer in lo..hi (hi: MAX_PARAM when None)."""
+    return rule_param(default, ("int", lo, MAX_PARAM if hi is None else hi), help)
 
 
 def choice_param(default: str, options: tuple[str, ...], help: str = "") -> Param:
     """A parameter taking one of `options`."""
-
-    def parse(text: str) -> str:
-        if text not in options:
-            raise ValueError(f"one of {', '.join(options)}")
-        return text
-
-    return Param(default, parse, help)
+    return rule_param(default, ("choice", tuple(options)), help)
 
 
 def tau_param(default: int | str = 8) -> Param:
     """tau: bits per hash code, 1..24, or "auto" = ceil(log2 n) as in YOSO's efficiency scripts."""
-
-    def parse(text: str) -> int | str:
-        if str(text).lower() == "auto":
-            return "auto"
-        value = parse_int(text)
-        if not 1 <= value <= 24:
-            raise ValueError("must be in 1..24 or 'auto'")
-        return value
-
-    return Param(default, parse, "bits per hash code (1..24) or auto = ceil(log2 n)")
+    return rule_param(default, ("tau",), "bits per hash code (1..24) or auto = ceil(log2 n)")
 
 
 def token_grid(grid: tuple[int, int] | None, n: int) -> tuple[int, int]:
@@ -272,11 +252,21 @@ _plugins_loaded = False
 
 
 def register(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: make a backend available by its `name`."""
+    """Class decorator: make a backend available by its `name`. The built-in backends are
+    registered first, so a backend registered under a built-in's name replaces it."""
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a `name` to be registered")
+    if not cls.__module__.startswith(f"{__package__}."):
+        load_builtins()
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def load_builtins() -> None:
+    """Import the modules of the built-in backends (`names.MODULES`), which register them:
+    on first use of the registry, not on import of the package, so `names` loads alone."""
+    for module in MODULES:
+        importlib.import_module(f"{__package__}.{module}")
 
 
 def load_plugins() -> None:
@@ -300,77 +290,24 @@ def load_plugins() -> None:
 
 
 def backend_classes() -> dict[str, type[Backend]]:
+    """Every registered backend by name, sorted: the built-ins, then other packages'."""
+    load_builtins()
     load_plugins()
     return dict(sorted(_REGISTRY.items()))
 
 
-def _find_class(name: str) -> tuple[type[Backend], dict[str, str]]:
-    classes = backend_classes()
-    if name in classes:
-        return classes[name], {}
-    base, dash, value = name.rpartition("-")
-    if dash and base in classes and classes[base].shorthand:
-        return classes[base], {classes[base].shorthand: value}
-    hint = _nearest(name, classes)
-    hint = f"did you mean {hint!r}? " if hint else ""
-    raise UsageError(f"unknown backend {name!r}; {hint}valid: {', '.join(classes)}")
-
-
-def _nearest(name: str, classes: dict[str, type[Backend]]) -> str | None:
-    """The valid name a typo most likely meant: a shorthand with its dash left out
-    ("yoso32" -> "yoso-32"), else the closest backend name, if any is close."""
-    digits = len(name) - len(name.rstrip("0123456789"))
-    base, value = name[: len(name) - digits], name[len(name) - digits :]
-    if digits and base in classes and classes[base].shorthand:
-        return f"{base}-{value}"
-    close = difflib.get_close_matches(name, list(classes), n=1, cutoff=0.75)
-    return close[0] if close else None
-
-
 def get_backend(spec: str) -> Backend:
-    """Build a backend from a spec: "sdpa", "yoso:m=16,tau=8", "yoso-32", "yoso-32:tau=10"."""
-    if not spec or not spec.strip():
-        raise UsageError("empty backend name")
-    name, _, rest = spec.strip().partition(":")
-    cls, raw = _find_class(name.strip())
-    by_name = set(raw)  # the shorthand's parameter, set by the name ("yoso-32": m)
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        key, eq, text = item.partition("=")
-        if not eq:
-            raise UsageError(f"backend {spec!r}: expected key=value, got {item!r}")
-        key = key.strip()
-        if key in raw:
-            how = f"by the name {name.strip()!r} and again" if key in by_name else "twice"
-            raise UsageError(f"backend {spec!r}: {key} is set {how}; set it once")
-        raw[key] = text.strip()
-    values = {}
-    for key, text in raw.items():
-        if key not in cls.params:
-            valid = ", ".join(cls.params) or "none"
-            raise UsageError(f"backend {cls.name!r} has no parameter {key!r}; valid: {valid}")
-        try:
-            values[key] = cls.params[key].parse(text)
-        except ValueError as exc:
-            raise UsageError(f"backend {cls.name!r}: bad {key}={text!r} ({exc})") from None
-    return cls(**values)
+    """Build a backend from a spec: "sdpa", "yoso:m=16,tau=8", "yoso-32", "yoso-32:tau=10"
+    (read by `names.read_spec`, which `names.check_backend_names` shares)."""
+    cls, raw = read_spec(spec, backend_classes())
+    return cls(**parse_values(cls, raw, lambda key, text: cls.params[key].parse(text)))
 
 
-def parse_backends(text: str) -> list[Backend]:
-    """A comma list of specs; commas inside a spec's parameters stay with that spec.
-
-    "softmax,yoso:m=16,tau=8,sdpa" -> softmax, yoso:m=16,tau=8, sdpa: an item containing
-    "=" continues the previous spec.
-    """
-    specs: list[str] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            raise UsageError(f"--backends: empty item in {text!r}")
-        if "=" in item and ":" not in item and specs:
-            specs[-1] += "," + item
-        else:
-            specs.append(item)
-    backends = [get_backend(s) for s in specs]
+def parse_backends(text: str, option: str = "--backends") -> list[Backend]:
+    """A comma list of specs (`names.split_specs`: "softmax,yoso:m=16,tau=8,sdpa" is three),
+    each backend listed once."""
+    backends = [get_backend(s) for s in split_specs(text, option)]
     seen = [b.spec for b in backends]
     if len(set(seen)) != len(seen):
-        raise UsageError(f"--backends: a backend is listed twice in {text!r}")
+        raise UsageError(f"{option}: a backend is listed twice in {text!r}")
     return backends

@@ -10,9 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from attnbench.backends.names import ENTRY_POINT_GROUP
 from attnbench.cli import core
-
-ENTRY_POINTS = "attnbench.backends"  # registry.ENTRY_POINT_GROUP, without importing torch
 
 
 @core.app.command()
@@ -70,6 +69,6 @@ def _installed_state() -> str:
     ]
     parts += sorted(
         f"{ep.name}={ep.value}@{getattr(ep.dist, 'version', '')}"
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
     )
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
