@@ -13,7 +13,7 @@ from attnbench.backends.sparse import SparseStrided
 from attnbench.inputs import Inputs, grid_qkv
 from attnbench.kernels.patchmatch import reference
 from attnbench.measure.metrics import argmax_hit_rate, map_metrics, recall_at_k
-from attnbench.run import runner
+from attnbench.run import runner, worker
 from attnbench.studies import error
 from attnbench.studies.error import ErrorStudy
 from attnbench.studies.exact import exact_softmax
@@ -114,7 +114,7 @@ class WholeMapStrided(SparseStrided):
 
 def run_rows(free_bytes, monkeypatch, backends):
     monkeypatch.setattr(error, "available_bytes", lambda device: free_bytes)
-    monkeypatch.setattr(runner, "available_bytes", lambda device: free_bytes)
+    monkeypatch.setattr(worker, "available_bytes", lambda device: free_bytes)
     spec = ErrorStudy(
         seqs=[], grids=[GRID], hashes=[8], trials=2, mc_seeds=1,
         inputs=Inputs("blobs", 1, 1, 3), backends=backends,

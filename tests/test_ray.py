@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -36,8 +35,8 @@ from attnbench.inputs import Inputs  # noqa: E402
 from attnbench.results import sink as result_sink  # noqa: E402
 from attnbench.results.read import read_rows  # noqa: E402
 from attnbench.run import runner  # noqa: E402
+from attnbench.run.executors import executor_for  # noqa: E402
 from attnbench.run.ray_cluster import Cluster  # noqa: E402
-from attnbench.run.ray_executor import RayPool  # noqa: E402
 from attnbench.run.study import Cases, Measure, case_row  # noqa: E402
 
 # the workers unpickle this module's measurements by value: they cannot import a test file
@@ -143,7 +142,7 @@ def test_a_killed_worker_costs_only_the_unfinished_cases_of_its_group(ray_cluste
                     "float32", "cpu", settings=settings)  # fmt: skip
 
     cases = [case(b, n) for n in (16, 32, 48) for b in ("sdpa", "softmax", "yoso-e")]
-    pool = partial(RayPool, cluster=Cluster(ray, None, started=False), cpus_per_worker=1)
+    pool = executor_for("ray", cluster=Cluster(ray, None, started=False), cpus_per_worker=1)
     sweep = runner.run(Cases(cases, Measure(killed_on, "total")), executor=pool)
     rows = {(r.backend.split(":")[0], r.seq): r for case_rows in sweep for r in case_rows}
     crashed = {key for key, row in rows.items() if row.status == "crashed"}
@@ -163,7 +162,7 @@ def test_a_killed_worker_is_restarted_and_takes_the_later_groups(ray_cluster):
                     "float32", "cpu", settings=settings)  # fmt: skip
 
     cases = [case(b, n) for n in (16, 32, 48, 64) for b in ("sdpa", "softmax")]
-    pool = partial(RayPool, cluster=Cluster(ray, None, started=False), cpus_per_worker=2)
+    pool = executor_for("ray", cluster=Cluster(ray, None, started=False), cpus_per_worker=2)
     sweep = runner.run(Cases(cases, Measure(killed_on, "total")), executor=pool)
     rows = {(r.backend.split(":")[0], r.seq): r for case_rows in sweep for r in case_rows}
     crashed = {key for key, row in rows.items() if row.status == "crashed"}
@@ -285,7 +284,7 @@ class Unloadable:
 def test_workers_that_cannot_start_are_one_error_before_any_case(ray_cluster):
     cases = [Case("test", get_backend("sdpa"), Inputs("random", 1, 1, 4), 16, None, 1, 1, 4,
                   "float32", "cpu")]  # fmt: skip
-    pool = partial(RayPool, cluster=Cluster(ray, None, started=False), cpus_per_worker=1)
+    pool = executor_for("ray", cluster=Cluster(ray, None, started=False), cpus_per_worker=1)
     sweep = runner.run(Cases(cases, Measure(Unloadable(), "total")), executor=pool)
     with pytest.raises(UsageError, match="no worker could start.*plugin_of_this_machine"):
         next(iter(sweep))

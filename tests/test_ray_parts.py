@@ -205,8 +205,8 @@ def make_case(backend: str, n: int) -> Case:
                 "float32", "cpu")  # fmt: skip
 
 
-@pytest.mark.parametrize(("executor", "kind"), [("in-process", "local"), ("isolated", "isolated")])
-def test_a_local_run_records_where_its_cases_ran(executor, kind):
+@pytest.mark.parametrize("executor", ["in-process", "isolated"])
+def test_a_local_run_records_where_its_cases_ran(executor):
     cases = [make_case("sdpa", 16), make_case("softmax", 16)]
     rows = [r for rs in runner.run(Cases(cases, Measure(counted, "total")), executor=executor)
             for r in rs]  # fmt: skip
@@ -215,7 +215,7 @@ def test_a_local_run_records_where_its_cases_ran(executor, kind):
     assert {r.co_tenancy for r in rows} == {1}
     for row in rows:  # an isolated case runs in a process of its own
         kind_seen, _, pid = row.worker.partition("/")
-        assert kind_seen == kind and (int(pid) == os.getpid()) == (kind == "local")
+        assert kind_seen == executor and (int(pid) == os.getpid()) == (executor == "in-process")
 
 
 def test_the_error_study_compares_a_backend_over_its_lengths():

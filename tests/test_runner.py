@@ -1,6 +1,6 @@
 """The runner: every case ends as rows with a status, whatever the measurement or the inputs do.
 
-Measurements here are fakes at module level (so `--isolate` workers can unpickle them); they
+Measurements here are fakes at module level (so isolated workers can unpickle them); they
 fail on chosen cases and record which cases they saw.
 """
 
@@ -26,7 +26,7 @@ from attnbench.inputs import Inputs
 from attnbench.inputs.generated import RandomInputs
 from attnbench.measure import memory
 from attnbench.results.schema import record
-from attnbench.run import executors, runner
+from attnbench.run import executors, runner, worker
 from attnbench.run.executors import InProcess
 from attnbench.run.study import Cases, Measure, case_row
 
@@ -159,7 +159,7 @@ def test_unsupported_cases_are_skipped_with_every_reason_without_running():
 
 
 def test_a_case_predicted_not_to_fit_is_skipped_before_its_inputs_exist(monkeypatch):
-    monkeypatch.setattr(runner, "available_bytes", lambda device: 10 * 2**30)
+    monkeypatch.setattr(worker, "available_bytes", lambda device: 10 * 2**30)
     softmax = get_backend("softmax")  # 3 n^2 floats: 12 GiB at n = 32768
     rows = rows_of([make_case(softmax, n=32768), make_case(softmax, n=1024)], OK)
     assert [r.status for r in rows] == ["skipped", "ok"]
@@ -269,18 +269,18 @@ def test_isolated_failures_are_classified_in_the_worker():
 
 
 def test_a_worker_dies_with_its_parent(tmp_path):
-    """A run killed with SIGKILL left its --isolate worker running (and writing)."""
+    """A run killed with SIGKILL left its isolated worker running (and writing)."""
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT_OF_A_SLEEPING_WORKER], stdout=subprocess.PIPE, text=True
     )
-    worker = int(parent.stdout.readline())
-    assert _alive(worker)
+    child = int(parent.stdout.readline())
+    assert _alive(child)
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10
-    while _alive(worker) and time.monotonic() < deadline:
+    while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(worker)
+    assert not _alive(child)
 
 
 PARENT_OF_A_SLEEPING_WORKER = """

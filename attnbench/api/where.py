@@ -11,6 +11,7 @@ from attnbench.api.parse import check_threads, positive
 from attnbench.errors import UsageError
 from attnbench.run.procedure import Where
 
+# the names of `run.executors.EXECUTORS`, known here before torch loads with that module
 EXECUTORS = ("in-process", "isolated", "ray")
 
 
@@ -44,14 +45,12 @@ def where(
     if executor != "ray":
         yield Where(executor, None, threads)
         return
-    from functools import partial
-
+    from attnbench.run.executors import executor_for
     from attnbench.run.ray_cluster import connect
-    from attnbench.run.ray_executor import RayPool
 
     cluster = connect(ray_address)
     try:
-        pool = partial(RayPool, cluster=cluster, cpus_per_worker=cpus_per_worker)
+        pool = executor_for("ray", cluster=cluster, cpus_per_worker=cpus_per_worker)
         yield Where(pool, cluster, threads)
     finally:
         cluster.close()

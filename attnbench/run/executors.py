@@ -1,15 +1,20 @@
-"""Where a case runs: in this process (`InProcess`) or in a fresh one (`Isolated`).
+"""Where a study's cases run, by name: `in-process` (this process), `isolated` (a fresh
+process per case, so a crash is a row) or `ray` (a Ray cluster's workers). The names are
+the `--executor` option's and the kind each row's `worker` column records.
 
-An executor is built from a study's measurement (`executor(measure, threads, steady)`) and
-answers `run(case) -> rows`; every failure of a case is its status row, never the end of the
-sweep. Each case runs on its own copy of the backend, so draw state (a stochastic backend's
-call counter) belongs to the case, and cases stay plain values.
+Every executor is registered in `EXECUTORS` as a factory, `factory(measure, threads,
+steady, **options)`, and is one of two kinds, said by its `pooled` class attribute: an
+`Executor` is handed the cases one by one (or a group measured together) and answers
+their rows; a `Pool` has workers of its own and is handed whole comparison groups
+(`runner.Unit`). Every failure of a case is its status row, never the end of the sweep
+(`worker.run_case`); each case runs on its own copy of the backend, so draw state (a
+stochastic backend's call counter) belongs to the case, and cases stay plain values.
+
+Ray's factory imports the pool (and the pool Ray) when called, so attnbench runs without Ray.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import json
 import os
 import pickle
@@ -18,71 +23,27 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from attnbench.case import Case, CaseInputs
-from attnbench.measure import is_cuda
+from attnbench.errors import UsageError
 from attnbench.results.schema import Row
 from attnbench.run.study import Measure, status_row
+from attnbench.run.worker import run_case, run_cases
 
-# The CPU allocator's out-of-memory is a plain RuntimeError; these phrases name it.
-OOM_PHRASES = ("can't allocate memory", "out of memory")
-
-
-def classify(exc: BaseException) -> tuple[str, str]:
-    """(status, reason) of a failed case: out-of-memory from any allocator is `oom`."""
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return "oom", first or type(exc).__name__
-    if isinstance(exc, RuntimeError) and any(p in str(exc).lower() for p in OOM_PHRASES):
-        return "oom", first
-    return "error", f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
-def run_case(case: Case, measure: Measure, inputs: CaseInputs) -> list[Row]:
-    """The per-case guard: inputs are built and the measurement runs inside it, so any
-    failure of either is this case's status row, never the end of the sweep. The
-    measurement gets a fresh copy of the backend (its draws start at call 0)."""
-    case = dataclasses.replace(case, backend=case.backend.with_values())
-    try:
-        return measure(case, inputs.bind(case))
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a row
-        failure = classify(exc)
-    # out of the except block: its traceback no longer holds the failed case's tensors
-    inputs.clear()
-    release_memory(case.device)
-    return [status_row(case, measure, *failure)]
-
-
-def run_cases(cases: list[Case], measure: Measure, inputs: CaseInputs) -> list[list[Row]]:
-    """The rows of each case of a group measured together (`Measure.group`), each on a fresh
-    copy of its backend; the group measurement turns a case's failure into its status row,
-    and a failure outside any one case (building the shared inputs) fails them all."""
-    cases = [dataclasses.replace(c, backend=c.backend.with_values()) for c in cases]
-    try:
-        return measure.group(cases, inputs)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes rows
-        failure = classify(exc)
-    inputs.clear()
-    release_memory(cases[0].device)
-    return [[status_row(case, measure, *failure)] for case in cases]
-
-
-def release_memory(device: str) -> None:
-    """Give back what a failed attempt left: Python's garbage (a full collection, as a failed
-    case's tensors can sit in reference cycles through its traceback), and the GPU
-    allocator's cache. For failures and the model study's memory budget only: a full
-    collection costs a tenth of a second or more once torch is loaded."""
-    gc.collect()
-    if is_cuda(device):
-        torch.cuda.empty_cache()
+if TYPE_CHECKING:
+    from attnbench.run.ray_cluster import Cluster
 
 
 class Executor(Protocol):
+    """Measures the cases the runner hands it, in order: `run(case)` the rows of one,
+    `run_group(cases)` those of cases measured together (`Measure.group`)."""
+
+    pooled: ClassVar[bool] = False
+
     def __init__(self, measure: Measure, threads: int | None = None, steady: bool = False): ...
 
     def run(self, case: Case) -> list[Row]: ...
@@ -90,7 +51,21 @@ class Executor(Protocol):
     def run_group(self, cases: list[Case]) -> list[list[Row]]: ...
 
 
-class InProcess:
+class Pool(Protocol):
+    """Workers of its own, handed every comparison group at once: `sweep(units)` yields
+    (unit, place, rows) as each case of a unit (`runner.Unit`) ends, units in any order,
+    each unit's cases in order. A unit runs whole on one worker, so a speed-up is never
+    computed across two machines."""
+
+    pooled: ClassVar[bool] = True
+
+    def sweep(self, units: list) -> Iterator[tuple[int, int, list[Row]]]: ...
+
+
+Factory = Callable[..., Executor | Pool]  # factory(measure, threads, steady, **options)
+
+
+class InProcess(Executor):
     """Runs each case in this process, sharing inputs between cases of the same layout.
     Threads and allocator are this process's, set by the caller."""
 
@@ -105,7 +80,7 @@ class InProcess:
         return run_cases(cases, self.measure, self.inputs)
 
 
-class Isolated:
+class Isolated(Executor):
     """Runs each case (or group of cases) in a fresh Python process (`python -m
     attnbench.run.worker`): a segfault, an abort or the OOM killer ends only that process,
     and its cases get a `crashed` row."""
@@ -148,7 +123,44 @@ class Isolated:
         return [[status_row(case, self.measure, "crashed", reason)] for case in cases]
 
 
-EXECUTORS: dict[str, type[Executor]] = {"in-process": InProcess, "isolated": Isolated}
+def ray_pool(
+    measure: Measure,
+    threads: int | None = None,
+    steady: bool = False,
+    *,
+    cluster: Cluster,
+    cpus_per_worker: int | None = None,
+) -> Pool:
+    """A pool of Ray workers on `cluster` (`ray_cluster.connect`), each holding
+    `cpus_per_worker` CPUs (None: a whole node's, or a GPU's share)."""
+    from attnbench.run.ray_executor import RayPool
+
+    return RayPool(measure, threads, steady, cluster=cluster, cpus_per_worker=cpus_per_worker)
+
+
+EXECUTORS: dict[str, Factory] = {}
+
+
+def register_executor(name: str, factory: Factory) -> None:
+    """Make `name` an executor: `factory(measure, threads, steady, **options)` builds it, an
+    `Executor` or a `Pool` by its `pooled` attribute."""
+    EXECUTORS[name] = factory
+
+
+def executor_for(name: str, **options) -> Factory:
+    """The factory of the executor `name`, `options` bound (Ray's `cluster` and
+    `cpus_per_worker`): `factory(measure, threads, steady)` builds it. An unknown name is a
+    UsageError listing the executors."""
+    if name not in EXECUTORS:
+        valid = ", ".join(EXECUTORS)
+        raise UsageError(f"--executor: unknown executor {name!r}; valid: {valid}")
+    factory = EXECUTORS[name]
+    return partial(factory, **options) if options else factory
+
+
+register_executor("in-process", InProcess)
+register_executor("isolated", Isolated)
+register_executor("ray", ray_pool)
 
 # An isolated case's temp folder: this prefix, the run's pid, "-", a random name.
 CASE_FOLDER = "attnbench-case-"
@@ -189,8 +201,3 @@ def _crash_reason(done: subprocess.CompletedProcess) -> str:
 
 def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
-
-
-def rows_to_json(rows: list[list[Row]]) -> str:
-    """A worker's rows of each case for its parent; in-memory arrays stay behind."""
-    return json.dumps([[dataclasses.asdict(r) | {"array": None} for r in case] for case in rows])

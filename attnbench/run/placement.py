@@ -4,6 +4,9 @@ how many of the run's workers shared the host at once.
 Every executor stamps its rows the same way, so a local run and a cluster run write the same
 columns: a row names the process that measured its case or, for a case no process measured
 (skipped by the runner, or crashed with its isolated process), the process that wrote it.
+The process is named by its executor's name (`executors.EXECUTORS`): `in-process/PID` for
+the run's own process, `isolated/PID`, `ray-N/PID` for Ray worker N. Older files name the
+run's own process `local/PID`; the column is text, and they read as they are.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from attnbench.results.schema import Row
 
 @dataclass(frozen=True)
 class Placement:
-    """`worker` is how and which process measured: "local/PID", "isolated/PID", "ray-N/PID".
-    `device_name` and `threads`, where set, are the measuring process's own (a remote
-    worker's machine is not the one the run's environment record describes)."""
+    """`worker` is how and which process measured: "in-process/PID", "isolated/PID" or
+    "ray-N/PID". `device_name` and `threads`, where set, are the measuring process's own (a
+    remote worker's machine is not the one the run's environment record describes)."""
 
     node: str
     worker: str
@@ -52,7 +55,7 @@ def spread(rows: list[Row]) -> list[Row]:
 
 
 def here(kind: str, device: str, **fields) -> Placement:
-    """This process, as `kind` ("local", "isolated", "ray-N"), measuring on `device`."""
+    """This process, as `kind` ("in-process", "isolated", "ray-N"), measuring on `device`."""
     return Placement(_node(), f"{kind}/{os.getpid()}", _hardware(device), **fields)
 
 

@@ -23,7 +23,7 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from attnbench.errors import UsageError
 from attnbench.results.schema import Row
@@ -38,9 +38,12 @@ PINNED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_N
 
 
 class RayPool:
-    """The pool executor of `runner.run`: `sweep(units)` yields (unit, place, rows) as each
+    """The `ray` executor, a pool (`executors.Pool`, said by `pooled`: the registry imports
+    this module, not the other way round): `sweep(units)` yields (unit, place, rows) as each
     case of a unit (`runner.Unit`) ends. Workers are started when a sweep starts, as many
     as the cluster holds and the units can use."""
+
+    pooled: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -202,7 +205,7 @@ class _Dispatch:
         for index in self.queue:
             for place, case in enumerate(self.units[index].cases):
                 row = status_row(case, self.measure, "crashed", reason)
-                yield index, place, here("local", case.device).stamp([row])
+                yield index, place, here("in-process", case.device).stamp([row])
         self.queue.clear()
 
 

@@ -17,21 +17,21 @@ from functools import partial
 from attnbench.case import Case, CaseInputs
 from attnbench.measure import is_cuda
 from attnbench.results.schema import Row
-from attnbench.run.executors import run_case, run_cases
 from attnbench.run.placement import Placement, here
-from attnbench.run.runner import skip_reason
 from attnbench.run.study import Measure, status_row
+from attnbench.run.worker import run_case, run_cases, skip_reason
 
 
 class Worker:
     """Measures the comparison groups a pool hands it, one at a time, in this process."""
 
     def __init__(self, index: int, measure: Measure, threads: int, steady: bool, device: str):
-        import attnbench.backends  # noqa: F401 - the registry and its plugins, once
+        from attnbench.backends import backend_classes
         from attnbench.measure.allocator import steady_allocator
         from attnbench.measure.hardware import device_name
         from attnbench.measure.threads import set_threads
 
+        backend_classes()  # the registry, its built-ins and plugins, once
         if steady:
             steady_allocator()
         threads = set_threads(threads)

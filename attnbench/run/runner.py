@@ -8,10 +8,11 @@ otherwise the executor builds the inputs and runs the study's measurement, where
 out-of-memory becomes an `oom` row, any other exception an `error` row, and a crash of an
 isolated case a `crashed` row; the sweep goes on.
 
-An executor with a `sweep` method is a pool of workers (`ray_executor.RayPool`): it gets each
-comparison group (`Study.comparison_key`) whole, runs it on one worker, and its rows come
-back as cases end, groups in any order; each case is finished, in order within its group,
-and committed as it comes.
+A pooled executor (`executors.Pool`, as Ray's) gets each comparison group
+(`Study.comparison_key`) whole, runs it on one worker, and its rows come back as cases end,
+groups in any order; each case is finished, in order within its group, and committed as it
+comes. Rows measured here, and rows of cases no process measured, name this process
+(`in-process/PID`); an isolated process and a Ray worker name themselves.
 """
 
 from __future__ import annotations
@@ -19,42 +20,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import torch
-
 from attnbench.case import Case
 from attnbench.errors import UsageError
-from attnbench.measure.memory import available_bytes
 from attnbench.results.schema import Row, row_from_record
-from attnbench.run.executors import EXECUTORS, Executor
+from attnbench.run.executors import Factory, executor_for
 from attnbench.run.placement import here, spread
 from attnbench.run.study import Study, status_row
-
-HEADROOM = 0.8  # a case may use at most this share of the available memory
-
-
-def skip_reason(case: Case) -> str:
-    """Why `case` is not run: the backend's own reasons, or a predicted lack of memory."""
-    reasons = case.backend.unsupported(case)
-    if reasons:
-        return "; ".join(reasons)
-    itemsize = torch.empty((), dtype=case.torch_dtype).element_size()
-    need = case.backend.predicted_bytes(case.batch, case.heads, case.n, case.dim, itemsize)
-    if need <= 0:
-        return ""
-    free = available_bytes(case.device)
-    if need > HEADROOM * free:
-        return no_room(need, free)
-    return ""
-
-
-def no_room(need: int, free: int) -> str:
-    return f"needs ~{need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+from attnbench.run.worker import skip_reason
 
 
 def run(
     study: Study,
     sink=None,
-    executor: str | type[Executor] = "in-process",
+    executor: str | Factory = "in-process",
     threads: int | None = None,
     on_case: Callable[[Case], None] = lambda _: None,
     on_group: Callable[[list[Case]], None] = lambda _: None,
@@ -62,14 +40,15 @@ def run(
     """Validate the study's cases now, then return an iterator over each case's rows as it
     ends, committing them to `sink` (a `results.sink.ResultSink`, opened by the caller
     before iterating) if given. Cases already complete in a resumed sink are not run again;
-    their rows are yielded all the same. `executor` is a name from EXECUTORS or a class
-    built as `executor(measure, threads, steady)`. `on_case` sees each case as it starts
-    here; with a pool, `on_group` sees each comparison group once it has ended."""
+    their rows are yielded all the same. `executor` is a name from `executors.EXECUTORS`
+    or a factory built as `executor(measure, threads, steady)` (`executors.executor_for`).
+    `on_case` sees each case as it starts here; with a pool, `on_group` sees each
+    comparison group once it has ended."""
     cases = study.cases
     study.validate(cases)
-    make = EXECUTORS[executor] if isinstance(executor, str) else executor
+    make = executor_for(executor) if isinstance(executor, str) else executor
     built = make(study.measure, threads, study.steady)
-    if hasattr(built, "sweep"):
+    if built.pooled:
         return _pooled(study, cases, built, sink, on_group)
     return _sweep(study, cases, built, sink, on_case)
 
@@ -159,7 +138,7 @@ def _run_group(study, group, executor, sink, on_case) -> Iterator[list[Row]]:
     for index, case in enumerate(group):
         finished = study.finish(case, rows[index])
         if index not in resumed:
-            here("local", case.device).stamp(finished)
+            here("in-process", case.device).stamp(finished)
         if sink is not None and index not in resumed:
             sink.add_case(finished)
         yield finished

@@ -54,8 +54,8 @@ from attnbench.measure.metrics import (
     total_variation,
 )
 from attnbench.results.schema import Row
-from attnbench.run.runner import HEADROOM, no_room
 from attnbench.run.study import Measure, Study, case_row
+from attnbench.run.worker import HEADROOM, no_room
 from attnbench.studies import gradients
 from attnbench.studies.exact import exact_softmax
 from attnbench.studies.gradients import GRADIENTS

@@ -50,9 +50,8 @@ from attnbench.measure.memory import available_bytes, peak_memory
 from attnbench.measure.timing import sample_spread
 from attnbench.nn.encoder import Block, ModelConfig
 from attnbench.results.schema import Row
-from attnbench.run.executors import classify, release_memory
-from attnbench.run.runner import HEADROOM
 from attnbench.run.study import Measure, Study, case_row
+from attnbench.run.worker import HEADROOM, classify, release_memory
 
 MIB = 1024 * 1024
 MODE = "train"  # forward, loss, backward, optimizer step: backends need a backward

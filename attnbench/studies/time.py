@@ -33,8 +33,8 @@ from attnbench.measure.rounds import paired_speedup, round_medians
 from attnbench.measure.telemetry import GpuTelemetry
 from attnbench.measure.timing import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S, Timer, Timing
 from attnbench.results.schema import Row
-from attnbench.run.executors import classify, release_memory
 from attnbench.run.study import Measure, Study, case_row
+from attnbench.run.worker import classify, release_memory
 
 __all__ = ["MODES", "TimeStudy", "measure"]
 MIB = 1024 * 1024
