@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from attnbench import get_backend
 from attnbench.backends import Backend
 from attnbench.cli import app
+from attnbench.inputs import Inputs
 from attnbench.run.runner import run
 from attnbench.studies.maps import MapsStudy
 
@@ -26,8 +27,9 @@ def attention_maps(spec, failed=None):
 
 def test_full_maps_and_one_query_maps_agree():
     backends = [get_backend("softmax"), get_backend("yoso-16")]
-    full = attention_maps(MapsStudy(backends, source="blobs", grid=(6, 7), dim=3))
-    one = attention_maps(MapsStudy(backends, source="blobs", grid=(6, 7), dim=3, query=(2, 5)))
+    blobs = Inputs("blobs", 1, 1, 3)
+    full = attention_maps(MapsStudy(backends, inputs=blobs, grid=(6, 7)))
+    one = attention_maps(MapsStudy(backends, inputs=blobs, grid=(6, 7), query=(2, 5)))
     assert set(full) == set(one) == {"softmax", "yoso-16"}
     assert full["softmax"].shape == (42, 42) and one["softmax"].shape == (6, 7)
     for label in full:
@@ -42,7 +44,7 @@ def test_maps_command_writes_the_figure(tmp_path, monkeypatch):
     out = tmp_path / "m.png"
     result = CliRunner().invoke(
         app, ["maps", "--backends", "softmax,yoso-e", "--grid", "8x8", "--query", "3,4",
-              "--inputs", "image:coins", "-o", str(out)],
+              "--inputs", "image:coins", "--plot", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert_figure_file(out)
@@ -71,14 +73,14 @@ def test_maps_command_writes_the_figure(tmp_path, monkeypatch):
         (["--grid", "128x128"], "at most 4096 tokens"),
         (["--grid", "4x4,8x8"], "one grid"),
         (["--inputs", "image:nope"], "unknown image"),
-        (["-o", "OUT/m.txt"], "--out"),
+        (["--plot", "OUT/m.txt"], "--plot"),
         (["--scale", "sum"], "--scale: unknown scale 'sum'"),
         (["--colour", "sqrt"], "--colour: unknown colour scale 'sqrt'"),
     ],
 )
 def test_maps_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    args = [a.replace("OUT", str(tmp_path)) for a in args]  # a later -o wins
-    result = CliRunner().invoke(app, ["maps", "-o", str(tmp_path / "m.png"), *args])
+    args = [a.replace("OUT", str(tmp_path)) for a in args]  # a later --plot wins
+    result = CliRunner().invoke(app, ["maps", "--plot", str(tmp_path / "m.png"), *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []
@@ -93,7 +95,8 @@ class NoMap(Backend):
 
 def test_a_backend_without_a_map_gets_a_status_row_and_the_others_are_drawn():
     failed = []
-    spec = MapsStudy([NoMap(), get_backend("softmax")], source="blobs", grid=(4, 4), dim=3)
+    blobs = Inputs("blobs", 1, 1, 3)
+    spec = MapsStudy([NoMap(), get_backend("softmax")], inputs=blobs, grid=(4, 4))
     maps = attention_maps(spec, failed)
     assert list(maps) == ["softmax"]
     (row,) = failed
@@ -103,7 +106,7 @@ def test_a_backend_without_a_map_gets_a_status_row_and_the_others_are_drawn():
 
 @pytest.mark.parametrize(("source", "grid"), [("svd:camera", (1, 128)), ("three-blobs", (8, 8))])
 def test_figure_inputs_draw_maps(source, grid):
-    spec = MapsStudy([get_backend("softmax")], source=source, grid=grid, dim=4)
+    spec = MapsStudy([get_backend("softmax")], inputs=Inputs(source, 1, 1, 4), grid=grid)
     (amap,) = attention_maps(spec).values()
     n = grid[0] * grid[1]
     assert amap.shape == (n, n)
@@ -181,7 +184,7 @@ def test_maps_draw_a_file_and_refuse_a_grid_longer_than_it(tmp_path):
     arr = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
     np.savez(qkv, q=arr, k=arr, v=arr)
     out = tmp_path / "m.png"
-    args = ["maps", "--backends", "softmax", "--inputs", str(qkv), "-o", str(out)]
+    args = ["maps", "--backends", "softmax", "--inputs", str(qkv), "--plot", str(out)]
     result = CliRunner().invoke(app, [*args, "--grid", "8x8"])
     assert result.exit_code == 0, result.output
     assert_figure_file(out)

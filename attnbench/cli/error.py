@@ -2,13 +2,11 @@
 
 import typer
 
-from attnbench.cli import core, options, shared
-from attnbench.errors import UsageError
+from attnbench.cli import core, options
 
 
 @core.app.command("error")
 def error_cmd(
-    ctx: typer.Context,
     hashes: str = typer.Option(
         None,
         help="adds yoso:m=... for each number of hashes m: 8..128 doubles 8, 16, ... "
@@ -34,7 +32,7 @@ def error_cmd(
         "gradient (grad_rel, grad_cos, grad_bias, grad_noise)",
     ),
     isolate: options.Isolate = False,
-    executor: options.Executor = "local",
+    executor: options.Executor = "in-process",
     ray_address: options.RayAddress = None,
     cpus_per_worker: options.CpusPerWorker = None,
     resume: options.Resume = False,
@@ -53,79 +51,17 @@ def error_cmd(
 
     By default YOSO-m against YOSO-E over the hashes and n = 64..4096; trial t uses seed + t.
     --mode fwdbwd adds the gradients' error (every backend and the reference need a backward)."""
-    from attnbench.api.parse import (
-        MAX_COUNT,
-        check_seed,
-        check_threads,
-        parse_dtype,
-        parse_grids,
-        parse_sizes,
-        positive,
-    )
-    from attnbench.api.probes import check_inputs_fit, resolve_device
-    from attnbench.backends import parse_backends
-    from attnbench.backends.registry import tau_param
-    from attnbench.studies.error import ErrorStudy
+    from attnbench.api.error import run_error
 
-    try:
-        tau_value = tau_param().parse(tau)
-    except ValueError as exc:
-        raise UsageError(f"--tau: bad value {tau!r} ({exc})") from None
-    seed = check_seed(seed, trials, mc_seeds)
-    if seq is not None and grid is not None:
-        raise UsageError("--seq and --grid both set the lengths; give one of them")
-    grids = parse_grids(grid, "--grid") if grid is not None else None
-    seqs = parse_sizes("64..4096" if seq is None else seq, "--seq") if grids is None else []
-    at = shared.where(ctx, executor, isolate, ray_address, cpus_per_worker)
-    asked = threads = check_threads(threads, at.pooled)
-    # images have one head
-    source = shared.inputs(
-        inputs, positive(batch, "--batch"), positive(heads, "--heads"), positive(dim, "--dim"),
-        seqs, grids,
+    executor = options.executor_name(executor, isolate)
+    finished = run_error(
+        hashes=hashes, seq=seq, grid=grid, tau=tau, trials=trials, mc_seeds=mc_seeds,
+        inputs=inputs, backends=backends, reference=reference, mode=mode, executor=executor,
+        ray_address=ray_address, cpus_per_worker=cpus_per_worker, resume=resume, batch=batch,
+        heads=heads, dim=dim, dtype=dtype, device=device, seed=seed, threads=threads, csv=csv,
+        json=json, plot=plot, progress=core.progress_bar(),
     )  # fmt: skip
-    spec = ErrorStudy(
-        seqs=seqs,
-        grids=grids,
-        hashes=_hashes(hashes, backends),
-        tau=tau_value,
-        trials=positive(trials, "--trials", MAX_COUNT),
-        mc_seeds=positive(mc_seeds, "--mc-seeds", MAX_COUNT),
-        inputs=source,
-        backends=parse_backends(backends) if backends.strip() else [],
-        dtype=parse_dtype(dtype),
-        device=resolve_device(device, at.gpus),
-        seed=seed,
-        reference=_reference(reference),
-        mode=mode,
-    )
-    check_inputs_fit(spec.inputs, spec.layouts(), spec.dtype, spec.device)
-    csv, json, plot = shared.outputs(csv, json, plot)
-    from attnbench.measure.env import environment
-    from attnbench.results.schema import rows_frame
     from attnbench.views.tables import error_table
 
-    threads = shared.set_threads(threads)
-    sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
-    rows = shared.run_study(spec, sink, at, asked if at.pooled else threads)
-    core.console.print(error_table(rows_frame(rows)))
-    shared.finish(sink, rows, plot)
-
-
-def _hashes(hashes: str | None, backends: str) -> list[int]:
-    """The swept numbers of hashes: YOSO Fig. 8's 8..128 unless backends are given instead."""
-    from attnbench.api.parse import parse_sizes
-
-    if hashes is None:
-        return [] if backends.strip() else parse_sizes("8..128", "--hashes")
-    return parse_sizes(hashes, "--hashes")
-
-
-def _reference(spec: str | None) -> str | None:
-    from attnbench.backends import get_backend
-
-    if spec is None:
-        return None
-    try:
-        return get_backend(spec).spec
-    except UsageError as exc:
-        raise UsageError(f"--reference: {exc}") from None
+    core.console.print(error_table(finished.frame))
+    core.report_finished(finished)

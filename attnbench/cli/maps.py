@@ -4,13 +4,15 @@ from pathlib import Path
 
 import typer
 
-from attnbench.cli import core, options, shared
+from attnbench.api.maps import DEFAULT_BACKENDS
+from attnbench.cli import core, options
 from attnbench.errors import UsageError
 
 
 @core.app.command("maps")
 def maps_cmd(
-    backends: options.Backends = "softmax,yoso-e,yoso-32",
+    ctx: typer.Context,
+    backends: options.Backends = DEFAULT_BACKENDS,
     inputs: options.Inputs = "image:camera",
     grid: options.OneGrid = "1x128",
     dim: options.Dim = 4,
@@ -22,55 +24,24 @@ def maps_cmd(
         "linear", help="linear, p99 (clipped at the 99th percentile) or log (3 decades)"
     ),
     seed: options.Seed = 0,
-    out: options.Out = Path("maps.png"),
+    plot: Path = typer.Option(Path("maps.png"), help="draw the maps to this PNG/SVG/PDF"),
+    out: Path = typer.Option(None, "--out", "-o", hidden=True, help="deprecated: --plot"),
 ) -> None:
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3).
 
     One grid HxW (1xN: a sequence); a model's inputs draw head H (default 0)."""
-    from attnbench.api.parse import check_seed, parse_grids, positive
-    from attnbench.api.probes import check_inputs_fit, output_path
-    from attnbench.backends import parse_backends
-    from attnbench.results.paths import PLOT_SUFFIXES
-    from attnbench.studies.maps import MapsStudy
-    from attnbench.views.maps import COLOURS, SCALES, plot_maps
+    from attnbench.api.maps import run_maps
 
-    seed = check_seed(seed)
-    if scale not in SCALES:
-        raise UsageError(f"--scale: unknown scale {scale!r}; valid: {', '.join(SCALES)}")
-    if colour not in COLOURS:
-        raise UsageError(f"--colour: unknown colour scale {colour!r}; valid: {', '.join(COLOURS)}")
-    grids = parse_grids(grid, "--grid")
-    if len(grids) != 1:
-        raise UsageError("--grid: maps take one grid HxW")
-    spec = MapsStudy(
-        backends=parse_backends(backends),
-        source=inputs,
-        grid=grids[0],
-        dim=positive(dim, "--dim"),
-        query=_query(query),
-        seed=seed,
-    )
-    tokens = spec.grid[0] * spec.grid[1]
-    spec.inputs.check_lengths([tokens], "--grid")
-    check_inputs_fit(spec.inputs, [(tokens, spec.grid)])
-    out = output_path(out, "--out", PLOT_SUFFIXES)
-    rows = shared.run_study(spec)
-    for row in rows:
+    if out is not None:
+        options.deprecated("--out", "--plot")
+        if ctx.get_parameter_source("plot").name != "DEFAULT":  # typer bundles its own click
+            raise UsageError("--out and --plot both name the figure; give --plot")
+        plot = out
+    finished = run_maps(
+        backends=backends, inputs=inputs, grid=grid, dim=dim, query=query, scale=scale,
+        colour=colour, seed=seed, plot=plot, progress=core.progress_bar(),
+    )  # fmt: skip
+    for row in finished.outcome.rows:
         if row.status != "ok":
             core.console.print(f"{row.backend}: {row.status}: {row.reason}", markup=False)
-    if all(row.status != "ok" for row in rows):
-        raise UsageError("no backend could draw its map")
-    height, width = spec.grid
-    where = f", query ({spec.query[0]}, {spec.query[1]})" if spec.query else ""
-    title = f"{inputs} · {height}x{width} · d = {spec.inputs.dim}{where}"
-    plot_maps(rows, title, out, spec.query, scale, colour)
-    core.console.print(f"wrote {out}")
-
-
-def _query(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    y, comma, x = text.partition(",")
-    if not comma or not y.strip().isdigit() or not x.strip().isdigit():
-        raise UsageError(f"--query: expected y,x (two non-negative integers), got {text!r}")
-    return int(y), int(x)
+    core.report_finished(finished)

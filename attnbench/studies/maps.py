@@ -15,7 +15,7 @@ import torch
 from attnbench.backends import Backend
 from attnbench.case import Case, CaseInputs
 from attnbench.errors import UsageError
-from attnbench.inputs import Inputs
+from attnbench.inputs import Inputs, Source
 from attnbench.results.schema import Row
 from attnbench.run.study import Measure, Study, case_row
 
@@ -27,9 +27,9 @@ class MapsStudy(Study):
     """The study: each backend's dense map of the same inputs, one case per backend."""
 
     backends: list[Backend]
-    source: str = "image:camera"  # random, clustered, blobs, image:NAME, svd:NAME, three-blobs
+    inputs: Source | None = None  # None: image:camera; a source's own d is the maps' d
     grid: tuple[int, int] = (1, 128)
-    dim: int = 4
+    dim: int = 4  # d of the default inputs
     query: tuple[int, int] | None = None  # (y, x): one query's map over the key image
     seed: int = 0
 
@@ -41,7 +41,9 @@ class MapsStudy(Study):
             y, x = self.query
             if not (0 <= y < height and 0 <= x < width):
                 raise UsageError(f"--query {y},{x} is outside the {height}x{width} grid")
-        self.inputs = Inputs(self.source, 1, 1, self.dim)
+        if self.inputs is None:
+            self.inputs = Inputs("image:camera", 1, 1, self.dim)
+        self.dim = self.inputs.dim
 
     @property
     def cases(self) -> list[Case]:
