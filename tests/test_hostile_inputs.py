@@ -65,7 +65,7 @@ TINY = MLMConfig(layers=2, width=16, hidden=16, heads=2, positions=64, tau=8)
 
 
 def saved_checkpoint() -> dict:
-    """A valid checkpoint of an untrained TINY model, as `attnbench train --out` writes."""
+    """A valid checkpoint of an untrained TINY model, as `attnbench train --checkpoint` writes."""
     buffer = io.BytesIO(checkpoint_bytes(MaskedLM(TINY), {"steps": 0}))
     return torch.load(buffer, weights_only=True)
 
@@ -405,7 +405,7 @@ def test_finite_rows_stay_ok():
 
 TRAIN = ["train", "--steps", "2", "--evals", "1", "--layers", "1", "--width", "8",
          "--heads", "1", "--hidden", "8", "--lengths", "32", "--tokens", "64",
-         "--out", "m.pt", "--log", "t.csv", "--plot", "t.png"]  # fmt: skip
+         "--checkpoint", "m.pt", "--csv", "t.csv", "--plot", "t.png"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

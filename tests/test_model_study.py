@@ -16,7 +16,7 @@ import attnbench.cli.core as cli
 from attnbench.api.parse import parse_bytes
 from attnbench.backends import get_backend
 from attnbench.run import runner
-from attnbench.run.executors import classify
+from attnbench.run.worker import HEADROOM, classify
 from attnbench.studies import model as study
 
 TINY = study.ModelConfig(layers=1, width=16, hidden=32, heads=2, vocab=32)
@@ -155,7 +155,7 @@ def test_the_default_budget_is_the_free_memory_with_the_runners_headroom(monkeyp
     monkeypatch.setattr(study, "available_bytes", lambda _: 10 * 2**20)
     monkeypatch.setattr(study, "step_bytes", lambda _, batch: (batch * 2**20, "fake"))
     rows = [r for rs in runner.run(spec(max_batch=64)) for r in rs]
-    assert {r.metric: r for r in rows}["batch"].value == int(runner.HEADROOM * 10)
+    assert {r.metric: r for r in rows}["batch"].value == int(HEADROOM * 10)
 
 
 def test_a_backend_without_backward_is_skipped_with_the_reason():
@@ -223,7 +223,7 @@ def test_cli_writes_csv_table_and_plot(tmp_path):
     assert set(df["metric"]) == set(study.METRICS) and (df["status"] == "ok").all()
     assert sorted(set(df["seq"])) == [16, 32] and set(df["mode"]) == {"train"}
     assert png.read_bytes().startswith(b"\x89PNG")
-    assert "ms / instance" in result.stdout
+    assert "time / instance" in result.stdout
     # resumed: every case is complete, nothing runs again, the same rows come back
     again = invoke(*args, "--max-batch", "4", "--warmup", "0", "--csv", csv, "--resume")
     assert again.exit_code == 0, again.output

@@ -246,9 +246,8 @@ def small_text(monkeypatch):
 
 def test_train_command_writes_checkpoint_log_and_plot(tmp_path, small_text):
     out, log, plot = tmp_path / "m.pt", tmp_path / "log.csv", tmp_path / "loss.png"
-    result = CliRunner().invoke(
-        cli.app, ["train", *TRAIN_ARGS, "--out", str(out), "--log", str(log), "--plot", str(plot)]
-    )
+    args = ["--checkpoint", str(out), "--csv", str(log), "--plot", str(plot)]
+    result = CliRunner().invoke(cli.app, ["train", *TRAIN_ARGS, *args])
     assert result.exit_code == 0, result.output
     assert "unigram" in result.output and plot.stat().st_size > 0
     frame = pd.read_csv(log)
@@ -264,7 +263,7 @@ def test_train_command_sets_backends_side_by_side(tmp_path, small_text):
     result = CliRunner().invoke(
         cli.app,
         ["train", *TRAIN_ARGS, "--backends", "softmax,yoso:m=8,tau=8,backward=pairs",
-         "--out", str(out), "--log", str(log), "--plot", str(plot)],
+         "--checkpoint", str(out), "--csv", str(log), "--plot", str(plot)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(log)
@@ -285,7 +284,7 @@ def test_train_command_sets_backends_side_by_side(tmp_path, small_text):
         (["--backends", "softmax,scram-mh"], "has no backward pass"),
         (["--lengths", "8192"], "at most 4096"),
         (["--width", "10", "--heads", "3"], "multiple of --heads"),
-        (["--out", "model.bin"], "must end in"),
+        (["--checkpoint", "model.bin"], "must end in"),
     ],
 )
 def test_train_command_refuses_bad_options(args, message, tmp_path):
@@ -300,8 +299,8 @@ def test_interrupted_training_writes_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr("attnbench.studies.train.train", interrupted)
     out = tmp_path / "m.pt"
-    result = CliRunner().invoke(cli.app, ["train", *TRAIN_ARGS, "--out", str(out),
-                                          "--log", str(tmp_path / "l.csv"), "--plot",
+    result = CliRunner().invoke(cli.app, ["train", *TRAIN_ARGS, "--checkpoint", str(out),
+                                          "--csv", str(tmp_path / "l.csv"), "--plot",
                                           str(tmp_path / "p.png")])  # fmt: skip
     assert result.exit_code == 130
     assert list(tmp_path.iterdir()) == []

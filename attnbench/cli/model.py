@@ -2,14 +2,12 @@
 
 import typer
 
-from attnbench.cli import core, options, shared
-from attnbench.cli.time import DEFAULT_BACKENDS
-from attnbench.errors import UsageError
+from attnbench.api.time import DEFAULT_BACKENDS
+from attnbench.cli import core, options
 
 
 @core.app.command("model")
 def model_cmd(
-    ctx: typer.Context,
     seq: options.Seq = "512..4096",
     backends: options.Backends = DEFAULT_BACKENDS,
     layers: int = typer.Option(6, help="encoder layers"),
@@ -26,7 +24,7 @@ def model_cmd(
     device: options.Device = "auto",
     seed: options.Seed = 0,
     threads: options.Threads = None,
-    executor: options.Executor = "local",
+    executor: options.Executor = "in-process",
     ray_address: options.RayAddress = None,
     cpus_per_worker: options.CpusPerWorker = None,
     resume: options.Resume = False,
@@ -37,59 +35,19 @@ def model_cmd(
     """Training cost of a whole encoder per instance vs length (YOSO Fig. 7).
 
     Each case trains at the largest batch that fits the memory budget."""
-    from attnbench.api.parse import (
-        MAX_BATCH,
-        MAX_COUNT,
-        MAX_LAYERS,
-        MAX_MODEL_SIZE,
-        check_seed,
-        check_threads,
-        non_negative,
-        parse_bytes,
-        parse_fraction,
-        parse_sizes,
-        positive,
-    )
-    from attnbench.api.probes import resolve_device
-    from attnbench.backends import parse_backends
-    from attnbench.studies.model import ModelConfig, ModelStudy
+    from attnbench.api.model import run_model
 
-    seed = check_seed(seed)
-    heads = positive(heads, "--heads")
-    width = positive(width, "--width", MAX_MODEL_SIZE)
-    at = shared.where(ctx, executor, False, ray_address, cpus_per_worker)
-    asked = threads = check_threads(threads, at.pooled)
-    if width % heads:
-        raise UsageError(f"--width: {width} is not a multiple of --heads {heads}")
-    config = ModelConfig(
-        layers=positive(layers, "--layers", MAX_LAYERS),
-        width=width,
-        hidden=positive(hidden, "--hidden", MAX_MODEL_SIZE),
-        heads=heads,
-    )
-    spec = ModelStudy(
-        seqs=parse_sizes(seq, "--seq"),
-        backends=parse_backends(backends),
-        config=config,
-        steps=positive(steps, "--steps", MAX_COUNT),
-        warmup=non_negative(warmup, "--warmup", MAX_COUNT),
-        memory_budget=None if memory_budget is None else parse_bytes(memory_budget),
-        max_batch=positive(max_batch, "--max-batch", MAX_BATCH),
-        device=resolve_device(device, at.gpus),
-        seed=seed,
-        max_spread=parse_fraction(max_spread, "--max-spread"),
-    )
-    csv, json, plot = shared.outputs(csv, json, plot)
-    from attnbench.measure.env import environment
-    from attnbench.results.schema import rows_frame
-    from attnbench.views.tables import model_table, unstable_warning
+    finished = run_model(
+        seq=seq, backends=backends, layers=layers, width=width, hidden=hidden, heads=heads,
+        steps=steps, warmup=warmup, memory_budget=memory_budget, max_batch=max_batch,
+        max_spread=max_spread, device=device, seed=seed, threads=threads,
+        executor=options.executor_name(executor, False), ray_address=ray_address,
+        cpus_per_worker=cpus_per_worker, resume=resume, csv=csv, json=json, plot=plot,
+        progress=core.progress_bar(),
+    )  # fmt: skip
+    from attnbench.views.tables import model_table
 
-    threads = shared.set_threads(threads)
-    sink = shared.sink(environment(spec.device, threads, seed), csv, json, resume)
-    rows = shared.run_study(spec, sink, at, asked if at.pooled else threads)
-    frame = rows_frame(rows)
-    core.console.print(model_table(frame))
-    warning = unstable_warning(frame, spec.max_spread, "time_per_instance_ms", "more --steps")
-    if warning:
-        typer.echo(warning, err=True)
-    shared.finish(sink, rows, plot)
+    core.console.print(model_table(finished.frame))
+    core.report_finished(
+        finished, finished.study.max_spread, "time_per_instance_ms", "more --steps"
+    )
