@@ -165,7 +165,7 @@ def test_pareto_command_draws_every_backend_in_both_files(studies, tmp_path, mon
     time_csv, error_csv = studies
     png = tmp_path / "p.png"
     saved = saved_figures(monkeypatch)
-    result = runner.invoke(cli.app, ["pareto", str(time_csv), str(error_csv), "-o", str(png)])
+    result = runner.invoke(cli.app, ["pareto", str(time_csv), str(error_csv), "--plot", str(png)])
     assert result.exit_code == 0, result.output
     assert_figure_file(png)
     assert "n=32" in result.output
@@ -189,9 +189,9 @@ def test_pareto_command_draws_every_backend_in_both_files(studies, tmp_path, mon
     ("args", "message"),
     [
         (["missing.csv", "{e}"], "no such file"),
-        (["{t}", "{e}", "--seq", "16"], "not in both files"),
+        (["{t}", "{e}", "--n", "16"], "not in both files"),
         (["{t}", "{e}", "--metric", "captured_mass_vs_softmax"], "lower is closer"),
-        (["{t}", "{e}", "-o", "p.txt"], "p.txt"),
+        (["{t}", "{e}", "--plot", "p.txt"], "p.txt"),
     ],
 )
 def test_pareto_mistakes_are_one_line_errors(studies, tmp_path, monkeypatch, args, message):

@@ -78,12 +78,12 @@ def test_synthetic_error_table_and_cli(tmp_path):
         dict(row, seq=128, metric="radian_vs_yoso_e", value=0.41, std=0.02),
     ]
     pd.DataFrame(rows).to_csv(plots / "yoso-fig8-x.csv", index=False)
-    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(tmp_path)])
+    result = CliRunner().invoke(app, ["report", "--results", str(plots), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "yoso.md").read_text()
     assert "| `yoso:m=8` | 64 | 0.4 ± 0.01 | ok |" in text
     assert "| `yoso:m=8` | 128 | 0.41 ± 0.02 | ok |" in text
-    missing = CliRunner().invoke(app, ["report", "--plots", str(tmp_path / "none")])
+    missing = CliRunner().invoke(app, ["report", "--results", str(tmp_path / "none")])
     assert missing.exit_code == 2
 
 
@@ -93,7 +93,7 @@ def test_a_truncated_result_file_is_an_error_not_skipped(tmp_path):
     rows = _time_rows(64, "sdpa", 4.0)
     text = pd.DataFrame(rows).to_csv(index=False)
     (plots / "scram-cut.csv").write_text(text[: text.rindex(",")])  # last row cut short
-    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(tmp_path)])
+    result = CliRunner().invoke(app, ["report", "--results", str(plots), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "truncated" in result.output
 
@@ -106,8 +106,8 @@ def test_report_refuses_what_would_write_nothing_true(tmp_path):
     out.mkdir()
     (out / "yoso.md").write_text("kept")
     cases = [
-        (["--plots", str(plots), "--out", str(out)], "no result CSVs"),
-        (["--plots", str(plots), "--out", str(tmp_path / "a" / "b")], "does not exist"),
+        (["--results", str(plots), "--out", str(out)], "no result CSVs"),
+        (["--results", str(plots), "--out", str(tmp_path / "a" / "b")], "does not exist"),
     ]
     for args, fragment in cases:
         if fragment == "does not exist":
@@ -118,7 +118,7 @@ def test_report_refuses_what_would_write_nothing_true(tmp_path):
     assert (out / "yoso.md").read_text() == "kept"
     assert not (tmp_path / "a").exists()
     (plots / "yoso-bin.csv").write_bytes(b"\xff\xfe\x00 not text")
-    result = CliRunner().invoke(app, ["report", "--plots", str(plots), "--out", str(out)])
+    result = CliRunner().invoke(app, ["report", "--results", str(plots), "--out", str(out)])
     assert result.exit_code == 2 and "yoso-bin.csv" in result.stderr, result.stderr
 
 

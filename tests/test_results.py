@@ -208,7 +208,7 @@ def test_reads_a_schema_1_json_with_text_samples(tmp_path):
 
 def test_plot_redraws_a_committed_schema_1_csv(tmp_path):
     out = tmp_path / "fig.png"
-    result = CliRunner().invoke(cli.app, ["plot", str(PLOTS / "cpu-time.csv"), "-o", str(out)])
+    result = CliRunner().invoke(cli.app, ["plot", str(PLOTS / "cpu-time.csv"), "--plot", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:4] == b"\x89PNG"
 
@@ -255,7 +255,7 @@ def test_plot_of_a_truncated_csv_is_one_error_line(good_csv, tmp_path):
     text = good_csv.read_text()
     good_csv.write_text(text[:-20])
     out = tmp_path / "fig.png"
-    result = CliRunner().invoke(cli.app, ["plot", str(good_csv), "-o", str(out)])
+    result = CliRunner().invoke(cli.app, ["plot", str(good_csv), "--plot", str(out)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "truncated at line 4" in lines[0]
@@ -272,7 +272,7 @@ def test_a_schema_this_version_does_not_know_is_one_error_line(
     df.to_csv(good_csv, index=False)
     with pytest.raises(ValueError, match=fragment):
         read_rows(good_csv)
-    args = [str(good_csv), "-o", str(tmp_path / "f.png")] if command == "plot" else []
+    args = [str(good_csv), "--plot", str(tmp_path / "f.png")] if command == "plot" else []
     if command == "compare":
         args = [str(good_csv), str(good_csv)]
     result = CliRunner().invoke(cli.app, [command, *args])
@@ -300,7 +300,7 @@ def test_a_case_repeated_in_a_file_is_one_error_line(good_csv, tmp_path, joined,
     with pytest.raises(ValueError, match="repeated row"):
         read_rows(good_csv)
     out = tmp_path / "f.png"
-    args = [str(good_csv), "-o", str(out)] if command == "plot" else [str(good_csv)] * 2
+    args = [str(good_csv), "--plot", str(out)] if command == "plot" else [str(good_csv)] * 2
     result = CliRunner().invoke(cli.app, [command, *args])
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
@@ -311,7 +311,7 @@ def test_a_case_repeated_in_a_file_is_one_error_line(good_csv, tmp_path, joined,
 def test_plot_on_a_full_disk_is_one_error_line_and_keeps_the_older_figure(
     good_csv, tmp_path, monkeypatch
 ):
-    """plot -o on a full disk ended in a traceback."""
+    """plot --plot on a full disk ended in a traceback."""
     import errno
 
     from matplotlib.figure import Figure
@@ -324,7 +324,7 @@ def test_plot_on_a_full_disk_is_one_error_line_and_keeps_the_older_figure(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(Figure, "savefig", full)
-    result = CliRunner().invoke(cli.app, ["plot", str(good_csv), "-o", str(out)])
+    result = CliRunner().invoke(cli.app, ["plot", str(good_csv), "--plot", str(out)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert lines == [f"error: cannot write {out}: No space left on device"], lines

@@ -3,7 +3,6 @@
 import typer
 
 from attnbench.cli import core
-from attnbench.errors import UsageError
 
 
 @core.app.command("compare")
@@ -43,21 +42,15 @@ def compare_cmd(
     With --fail-above it is a gate with three outcomes: pass (exit 0), fail (1), and
     inconclusive (3) when a case could not be judged, which --allow-unjudged turns into a
     pass that still names them."""
-    from attnbench.api.parse import parse_fraction
-    from attnbench.views import compare, compare_text, gate
+    from attnbench.api.compare import run_compare
+    from attnbench.views import compare_text
 
-    threshold = None  # a share, as parse_fraction reads it
-    if fail_above is not None:
-        threshold = parse_fraction(fail_above, "--fail-above", "a slowdown")
-    elif allow_unjudged:
-        raise UsageError("--allow-unjudged: only with --fail-above (it relaxes the gate)")
-    comparison = compare.compare_files(a, b)
-    verdict = None if threshold is None else gate.judge(comparison, threshold, allow_unjudged)
+    compared = run_compare(a, b, fail_above, allow_unjudged)
     if markdown:
-        typer.echo(compare_text.render_markdown(comparison) + "\n")
+        typer.echo(compare_text.render_markdown(compared.comparison) + "\n")
     else:
-        core.console.print(compare_text.render_table(comparison))
-    for line in compare_text.summary(comparison, verdict):
+        core.console.print(compare_text.render_table(compared.comparison))
+    for line in compare_text.summary(compared.comparison, compared.gate):
         typer.echo(line)
-    if verdict is not None and verdict.exit_code:
-        raise typer.Exit(verdict.exit_code)
+    if compared.exit_code:
+        raise typer.Exit(compared.exit_code)

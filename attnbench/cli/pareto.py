@@ -5,6 +5,7 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import core, options, shared
+from attnbench.cli.plot import OldOut, figure_option
 from attnbench.errors import UsageError
 
 
@@ -12,27 +13,37 @@ from attnbench.errors import UsageError
 def pareto_cmd(
     time_file: Path = typer.Argument(..., help="a CSV or JSON written by time"),
     error_file: Path = typer.Argument(..., help="a CSV or JSON written by error"),
-    seq: int = typer.Option(None, "--seq", help="the n compared (default: the largest in both)"),
+    n: int | None = typer.Option(
+        None, "--n", help="the length n compared (default: the largest in both files)"
+    ),
     metric: str = typer.Option(
         "radian_vs_softmax", "--metric", help="the error drawn, e.g. rel_frobenius_vs_softmax"
     ),
-    out: options.Out = None,
+    plot: options.Plot = None,
+    seq: int | None = typer.Option(None, "--seq", hidden=True, help="deprecated: --n"),
+    out: OldOut = None,
 ) -> None:
     """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked.
 
-    Prints the table; --out also draws the figure."""
+    Prints the table; --plot also draws the figure."""
     from attnbench.api.probes import output_path
     from attnbench.results.paths import PLOT_SUFFIXES
     from attnbench.views.labels import backend_label
     from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
 
+    if seq is not None:
+        if n is not None:
+            raise UsageError("--n and --seq both name the length compared; give --n alone")
+        options.deprecated("--seq", "--n")
+        n = seq
+    plot = figure_option(plot, out)
     for path in (time_file, error_file):
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
     frames = [shared.read_results(path) for path in (time_file, error_file)]
-    if out is not None:
-        out = output_path(out, "--out", PLOT_SUFFIXES)
-    points = pareto_points(*frames, seq=seq, metric=metric)
+    if plot is not None:
+        plot = output_path(plot, "--plot", PLOT_SUFFIXES)
+    points = pareto_points(*frames, seq=n, metric=metric)
     core.console.print(render_table(points, metric))
     dropped = points.attrs.get("inapplicable", [])
     missing = [b for b in unmatched(*frames, points) if b not in dropped]
@@ -41,6 +52,6 @@ def pareto_cmd(
     if dropped:
         names = ", ".join(backend_label(b) for b in dropped)
         typer.echo(f"{metric} does not apply to {names} (unit output rows), not drawn")
-    if out is not None:
-        plot_pareto(points, out, metric, shared.run_env(time_file))
-        core.console.print(f"wrote {out}")
+    if plot is not None:
+        plot_pareto(points, plot, metric, shared.run_env(time_file))
+        core.console.print(f"wrote {plot}")

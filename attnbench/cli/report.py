@@ -5,26 +5,37 @@ from pathlib import Path
 import typer
 
 from attnbench.api.probes import writable_file
-from attnbench.cli import core
+from attnbench.cli import core, options
 from attnbench.errors import UsageError
+
+DEFAULT_RESULTS = Path("plots")
 
 
 @core.app.command("report")
 def report_cmd(
-    plots: Path = typer.Option(Path("plots"), "--plots", help="folder of result CSVs"),
+    results: Path | None = typer.Option(
+        None, "--results", help=f"folder of result CSVs (default: {DEFAULT_RESULTS})"
+    ),
     out: Path = typer.Option(Path("docs/results"), "--out", "-o", help="folder to write into"),
+    plots: Path | None = typer.Option(None, "--plots", hidden=True, help="deprecated: --results"),
 ) -> None:
     """Write Markdown tables of the result CSVs (yoso.md, scram.md, field.md) for the docs."""
     from attnbench.views.report import REPORTS, report_for, write_reports
 
-    if not plots.is_dir():
-        raise UsageError(f"{plots}: no such folder")
-    if not any(plots.glob("*.csv")):
-        raise UsageError(f"{plots}: no result CSVs to report on (the reports would be empty)")
-    if not any(report_for(path.name) for path in plots.glob("*.csv")):
+    if plots is not None:
+        if results is not None:
+            raise UsageError("--results and --plots both name the folder read; give --results")
+        options.deprecated("--plots", "--results")
+        results = plots
+    results = results or DEFAULT_RESULTS
+    if not results.is_dir():
+        raise UsageError(f"{results}: no such folder")
+    if not any(results.glob("*.csv")):
+        raise UsageError(f"{results}: no result CSVs to report on (the reports would be empty)")
+    if not any(report_for(path.name) for path in results.glob("*.csv")):
         prefixes = ", ".join(f"{p}*" for names in REPORTS.values() for p in names)
         raise UsageError(
-            f"{plots}: no CSV here belongs to a report (their names start {prefixes}); "
+            f"{results}: no CSV here belongs to a report (their names start {prefixes}); "
             "the reports would be empty"
         )
     if out.exists() and not out.is_dir():
@@ -32,7 +43,7 @@ def report_cmd(
     if not out.exists():  # as every other output: the folder it goes in must exist
         writable_file(out, "--out")
     try:
-        written = write_reports(plots, out)
+        written = write_reports(results, out)
     except ValueError as exc:
         raise UsageError(f"cannot read results ({exc})") from None
     except OSError as exc:
