@@ -5,11 +5,14 @@
 >>> rows = attnbench.time(seq="1k,4k", backends="sdpa,yoso-32")   # a pandas DataFrame
 
 Each study of the command line is a call here with the command's options (`time`,
-`profile`, `error`, `maps`, `model`, `train`, `compare`), returning its rows.
+`profile`, `error`, `maps`, `model`, `train`, `compare`), returning its rows; a bad
+option is a `UsageError` with the command's text.
 """
 
+from attnbench.errors import UsageError
+
 __all__ = [
-    "Backend", "get_backend", "register",
+    "Backend", "get_backend", "register", "UsageError",
     "time", "profile", "error", "maps", "model", "train", "compare",
 ]  # fmt: skip
 
@@ -27,7 +30,7 @@ def __getattr__(name: str):
 
     if name in _STUDIES:
         return getattr(importlib.import_module(f"attnbench.api.{_STUDIES[name]}"), name)
-    if name in __all__:
+    if name in ("Backend", "get_backend", "register"):
         from attnbench import backends
 
         return getattr(backends, name)

@@ -1,11 +1,13 @@
 """What `attnbench time` costs per case beyond its timed samples, at n = 256.
 
-Runs a sweep of softmax and sdpa at n = 256 (`--sweeps` times, two cases each) in this
-process through the runner, as the CLI does, and prints per case the wall time, the time
-inside the samples (each sample's ms times its calls) and their difference: the overhead
-(inputs, warm-up, first call, peak-memory call, rows). A first sweep is run and discarded
-so that imports and one-time set-up are not counted. The load average is printed with it:
-the figures mean little without it.
+Runs `attnbench.time` (the command's own procedure) on softmax and sdpa at n = 256, `--sweeps`
+times in one call (the same two backends at `--sweeps` lengths of 256 tokens cannot be
+asked for, so the sweep is run `--sweeps` times), and prints per case the wall time from one
+case's start to the next's, the time inside the samples (each sample's ms times its calls)
+and their difference: the overhead (inputs, warm-up, first call, peak-memory call, rows).
+A first sweep is run and discarded so that imports and one-time set-up (the machine's
+ceilings, numba's kernels) are not counted. The host's load is printed with it: the figures
+mean little without it.
 
     python benchmarks/case_overhead.py [--sweeps 5] [--repeats 3] [--warmup 1]
 
@@ -20,40 +22,44 @@ import os
 import time
 
 import attnbench
-from attnbench.backends import get_backend, parse_backends
-from attnbench.measure.allocator import steady_allocator
-from attnbench.run.runner import run
-from attnbench.studies.time import TimeStudy
+from attnbench.run.procedure import Progress
 
 N = 256
 
 
-def samples_ms(rows) -> float:
-    """Time inside the timed samples of a case's rows: each sample is ms per call, over
-    `loops` calls (the method's "x{loops}" suffix)."""
+class CaseClock(Progress):
+    """The start of each case and the end of the sweep, as the run reports them."""
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.ended = 0.0
+
+    def case(self, case, index: int, total: int) -> None:
+        self.starts.append(time.perf_counter())
+
+    def end(self) -> None:
+        self.ended = time.perf_counter()
+
+
+def samples_ms(frame) -> float:
+    """Time inside the timed samples: each sample is ms per call, over `loops` calls (the
+    method's "x{loops}" suffix)."""
     total = 0.0
-    for row in rows:
-        if row.metric != "time_ms" or not row.samples:
-            continue
-        loops = int(row.method.rpartition(" x")[2]) if " x" in (row.method or "") else 1
-        total += sum(row.samples) * loops
+    for method, samples in frame.loc[frame["metric"] == "time_ms", ["method", "samples"]].values:
+        loops = int(method.rpartition(" x")[2]) if " x" in (method or "") else 1
+        total += sum(samples) * loops
     return total
 
 
 def sweep(repeats: int, warmup: int) -> tuple[float, float, int]:
-    """(wall ms, samples ms, cases) of one sweep of softmax and sdpa at N."""
-    spec = TimeStudy(
-        seqs=[N],
-        backends=parse_backends("softmax,sdpa"),
-        baseline=get_backend("sdpa"),
-        repeats=repeats,
-        warmup=warmup,
-        min_time=0.0,
-    )
-    start = time.perf_counter()
-    cases = list(run(spec))
-    wall = (time.perf_counter() - start) * 1e3
-    return wall, sum(samples_ms(rows) for rows in cases), len(cases)
+    """(wall ms from the first case's start to the end, samples ms, cases) of one sweep."""
+    clock = CaseClock()
+    frame = attnbench.time(
+        seq=N, backends="softmax,sdpa", baseline="sdpa", rounds=1, repeats=repeats,
+        warmup=warmup, min_time=0.0, progress=clock,
+    )  # fmt: skip
+    wall = (clock.ended - clock.starts[0]) * 1e3
+    return wall, samples_ms(frame), len(clock.starts)
 
 
 def main() -> None:
@@ -62,8 +68,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     args = parser.parse_args()
-    steady_allocator()
-    sweep(args.repeats, args.warmup)  # imports, first calls
+    sweep(args.repeats, args.warmup)  # imports, ceilings, first calls
     load_before = os.getloadavg()[0]
     wall = inside = 0.0
     count = 0

@@ -33,11 +33,12 @@ from rich.console import Console
 
 import attnbench.cli.core as cli
 import attnbench.results.formats as results_formats
-import attnbench.run.runner as runner_module
+import attnbench.run.worker as case_worker
 import attnbench.studies.time as time_study
 from attnbench.backends import backend_classes, get_backend, parse_backends
 from attnbench.backends.softmax import Softmax
-from attnbench.cli import options, profiles
+from attnbench.cli import options
+from attnbench.cli import run as profiles
 from attnbench.measure.metrics import mean_radian
 from attnbench.results.schema import COLUMNS
 from attnbench.studies.exact import exact_softmax
@@ -300,7 +301,7 @@ def test_plot_redraws_from_a_saved_result_file(time_run, tmp_path, monkeypatch, 
     saved = tmp_path / source
     saved.write_bytes((run_dir / source).read_bytes())
     figures = saved_figures(monkeypatch)
-    args = ["plot", saved] + (["--out", tmp_path / out] if out else [])
+    args = ["plot", saved] + (["--plot", tmp_path / out] if out else [])
     result = invoke(*args)
     assert_ok(result)
     figure = tmp_path / (out or "r.png")
@@ -333,7 +334,7 @@ def test_plot_hands_the_run_environment_to_the_figure(time_run, tmp_path, monkey
         (tmp_path / name).write_bytes((run_dir / name).read_bytes())
     seen = []
     monkeypatch.setattr(plots, "plot_results", lambda frame, out, env=None: seen.append(env))
-    assert_ok(invoke("plot", tmp_path / source, "--out", tmp_path / "f.png"))
+    assert_ok(invoke("plot", tmp_path / source, "--plot", tmp_path / "f.png"))
     expected = json.loads((run_dir / "r.env.json").read_text())
     assert seen == [expected] and expected["threads"] >= 1
 
@@ -456,8 +457,8 @@ BAD_INPUTS = [
         "unknown image",
     ),
     _case("time-inputs-missing-file", [*TIME, "--inputs", "nope.npz"], "nope.npz"),
-    _case("plot-missing-file", ["plot", "nope.csv", "--out", "fig.png"], "nope.csv"),
-    _case("plot-not-a-result-file", ["plot", "notes.csv", "--out", "fig.png"], "notes.csv"),
+    _case("plot-missing-file", ["plot", "nope.csv", "--plot", "fig.png"], "nope.csv"),
+    _case("plot-not-a-result-file", ["plot", "notes.csv", "--plot", "fig.png"], "notes.csv"),
     _case("batch-not-an-integer", [*TIME, "--batch", "x"], "--batch"),
     _case("baseline-unknown", [*TIME, "--baseline", "nosuch"], "nosuch"),
     _case(
@@ -472,7 +473,7 @@ BAD_INPUTS = [
     _case("run-bad-option-value", ["run", "bad_seq.toml"], "--seq"),
     _case(
         "plot-json-that-is-not-an-object",
-        ["plot", "list.json", "--out", "fig.png"],
+        ["plot", "list.json", "--plot", "fig.png"],
         "list.json",
     ),
     _case(
@@ -560,7 +561,7 @@ def test_no_arguments_shows_help_without_an_empty_error_line():
 
 @pytest.mark.parametrize(
     ("command", "flags"),
-    [([], ["--version", "--help"]), (["time"], ["--isolate", "--resume", "--help"])],
+    [([], ["--version", "--help"]), (["time"], ["--resume", "--help"])],
 )
 def test_help_shows_no_value_type_for_a_flag(command, flags):
     """Flags read as taking a value: `--version  <bool>`."""
@@ -638,7 +639,7 @@ def test_run_executes_a_toml_profile(tmp_path, monkeypatch):
 def test_run_draws_maps_from_a_profile(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lines = ['command = "maps"', "[options]", 'backends = "softmax,yoso-e"', 'inputs = "random"']
-    lines += ['grid = "1x16"', 'out = "m.png"']
+    lines += ['grid = "1x16"', 'plot = "m.png"']
     (tmp_path / "m.toml").write_text("\n".join(lines) + "\n")
     assert_ok(invoke("run", "m.toml"))
     assert (tmp_path / "m.png").read_bytes().startswith(b"\x89PNG")
@@ -687,7 +688,7 @@ def test_shipped_profiles_parse_into_valid_commands(profile):
     argv = profiles.profile_argv(profile)
     command = typer.main.get_command(cli.app).commands[argv[0]]
     params = command.make_context(argv[0], argv[1:]).params
-    kept = {"maps": "out", "train": "log"}.get(argv[0], "csv")
+    kept = {"maps": "plot"}.get(argv[0], "csv")
     assert params[kept] is not None  # the figure's data kept
     if params.get("backends"):
         assert parse_backends(params["backends"])
@@ -919,14 +920,14 @@ def test_error_on_image_grids_reports_scram_search_metrics(tmp_path):
 
 
 def test_error_lists_what_did_not_fit_as_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner_module, "available_bytes", lambda device: 1)  # room for nothing
+    monkeypatch.setattr(case_worker, "available_bytes", lambda device: 1)  # room for nothing
     csv = tmp_path / "e.csv"
     result = invoke(
         "error", "--seq", "32", "--trials", "1", "--heads", "1",
         "--backends", "softmax,sdpa", "--csv", csv,
     )  # fmt: skip
     assert_ok(result)
-    assert "skipped: needs ~" in result.output
+    assert "skipped (needs ~" in result.output
     df = pd.read_csv(csv)
     softmax = df[df["backend"] == "softmax"]
     assert list(softmax["status"]) == ["skipped"] and softmax["value"].isna().all()
@@ -1049,7 +1050,7 @@ def test_the_cpu_allocator_running_out_is_an_oom_row_shown_as_written(tmp_path, 
     status = dict(zip(df["backend"] + " " + df["metric"], df["status"], strict=True))
     assert status["softmax time_ms"] == "oom" and status["sdpa time_ms"] == "ok"
     assert df.loc[df["backend"] == "softmax", "reason"].tolist() == [message]
-    assert f"oom: {message}" in result.stdout  # not eaten as rich markup
+    assert f"oom ({message})" in result.stdout  # not eaten as rich markup
 
 
 def test_scram_runs_on_a_sequence_in_the_error_study(tmp_path):
@@ -1210,8 +1211,8 @@ def test_time_table_names_image_sizes_and_why_a_speedup_is_missing(tmp_path, mon
                     "--backends", "sdpa,softmax")  # fmt: skip
     assert_ok(result)
     header = next(line for line in result.stdout.splitlines() if "backend" in line)
-    assert "H×W" in header and " n " not in header
-    assert any(line.split()[:2] == ["softmax", "8x8"] for line in result.stdout.splitlines())
+    assert "image" in header and " n " not in header
+    assert any(line.split()[:2] == ["softmax", "8×8"] for line in result.stdout.splitlines())
     assert "speed-up" not in result.stdout.split("status")[-1]  # no gap, no caption
 
 

@@ -19,8 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 import attnbench.cli.core as cli
-from attnbench.cli import shared
 from attnbench.results.read import read_rows
+from attnbench.run import procedure
 
 runner = CliRunner()
 
@@ -37,7 +37,7 @@ HOSTILE = "__hostile__"
 @pytest.fixture(autouse=True)
 def no_ceilings(monkeypatch):
     """The machine's ceilings are no part of reading a file: not measured here."""
-    monkeypatch.setattr(shared, "ceilings", lambda *args, **kwargs: None)
+    monkeypatch.setattr(procedure, "_ceilings", lambda *args, **kwargs: None)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def good(tmp_path_factory):
     folder = tmp_path_factory.mktemp("good")
     paths = {"csv": folder / "good.csv", "json": folder / "good.json"}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(shared, "ceilings", lambda *args, **kwargs: None)
+        patch.setattr(procedure, "_ceilings", lambda *args, **kwargs: None)
         args = [*TIME, "--min-time", "0", "--rounds", "2"]
         args += ["--csv", str(paths["csv"]), "--json", str(paths["json"])]
         result = runner.invoke(cli.app, args)

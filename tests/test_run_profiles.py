@@ -13,7 +13,7 @@ from helpers import assert_ok, assert_one_line_error, invoke, runner
 
 import attnbench.cli.core as cli
 from attnbench.cli import run as profiles
-from attnbench.cli import shared
+from attnbench.run import procedure
 
 ROOT = Path(__file__).parents[1]
 TINY = [
@@ -32,7 +32,7 @@ TINY = [
 @pytest.fixture(autouse=True)
 def no_ceilings(monkeypatch):
     """The machine's ceilings are no part of what a profile runs: not measured here."""
-    monkeypatch.setattr(shared, "ceilings", lambda *args, **kwargs: None)
+    monkeypatch.setattr(procedure, "_ceilings", lambda *args, **kwargs: None)
 
 
 def _write(folder: Path, *extra: str, name: str = "tiny.toml") -> Path:

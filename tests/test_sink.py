@@ -29,12 +29,21 @@ from attnbench.results.paths import env_sidecar
 from attnbench.results.read import read_rows
 from attnbench.results.schema import Row, fingerprint
 from attnbench.results.sink import ResultSink
+from attnbench.run import procedure
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("time_ms", "first_call_ms", "peak_mib")
 TIME = ["time", "--seq", "32,64", "--repeats", "1", "--warmup", "0", "--heads", "1", "--dim", "8"]
 TIME += ["--backends", "sdpa"]
 DEADLINE_S = 120
+
+
+@pytest.fixture(autouse=True)
+def no_ceilings(monkeypatch):
+    """These tests count the lines a run prints: the machine's ceilings, measured once per
+    test session by whichever run comes first, would add theirs."""
+    monkeypatch.setattr(procedure, "_ceilings", lambda *args, **kwargs: None)
+
 
 ENV = {
     "attnbench": "0.1",
@@ -727,8 +736,8 @@ def test_bad_output_paths_fail_before_any_work(tmp_path, monkeypatch, args, need
 
 
 def test_maps_and_plot_outputs_are_probed(good_csv):
-    one_error_line(["maps", "-o", "/proc/m.png"], "--out")
-    one_error_line(["plot", good_csv, "-o", "/proc/p.png"], "--out")
+    one_error_line(["maps", "--plot", "/proc/m.png"], "--plot")
+    one_error_line(["plot", good_csv, "--plot", "/proc/p.png"], "--plot")
 
 
 def test_the_probe_catches_what_os_access_allows(tmp_path, monkeypatch):

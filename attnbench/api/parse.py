@@ -248,7 +248,7 @@ def check_min_time(seconds: float) -> float:
     """--min-time: seconds of timed samples per case, 0 (repeats alone) up to an hour."""
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_MIN_TIME_S):
         raise UsageError(f"--min-time: must be 0..{MAX_MIN_TIME_S:.0f} seconds, got {seconds}")
-    return seconds
+    return float(seconds)  # 0 and 0.0 are one setting, so one case id
 
 
 MAX_LAYERS = 1024

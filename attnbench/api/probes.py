@@ -89,8 +89,9 @@ def resolve_device(name: str, cluster_gpus: bool | None = None) -> str:
     return name
 
 
-def output_path(path: Path | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
-    """Check an output path before any work: known suffix, then `writable_file`."""
+def output_path(path: str | Path | None, option: str, suffixes: tuple[str, ...]) -> Path | None:
+    """Check an output path (a Path or its text) before any work: known suffix, then
+    `writable_file`."""
     if path is None:
         return None
     path = Path(path)
@@ -144,12 +145,12 @@ def writable_file(path: Path, option: str) -> Path:
 MIN_BUDGET, MAX_BUDGET = 2**20, 2**50  # 1 MiB .. 1 PiB
 
 
-def check_outputs(csv: Path | None, json: Path | None, plot: Path | None):
-    """The three output paths, each probed writable with the right suffix, and the CSV's
-    environment record apart from the JSON."""
+def check_outputs(csv: str | Path | None, json: str | Path | None, plot: str | Path | None):
+    """The three output paths as Paths, each probed writable with the right suffix, and the
+    CSV's environment record apart from the JSON."""
     from attnbench.results.paths import PLOT_SUFFIXES, env_sidecar
 
-    paths = (
+    paths = csv, json, plot = (
         output_path(csv, "--csv", (".csv",)),
         output_path(json, "--json", (".json",)),
         output_path(plot, "--plot", PLOT_SUFFIXES),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from attnbench.api import parse
 from attnbench.api.probes import check_outputs
 from attnbench.api.where import cluster_gpus, where
+from attnbench.backends.names import check_backend_names, check_backend_spec
 from attnbench.case import MODES
 from attnbench.errors import UsageError
 from attnbench.measure import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S
@@ -121,7 +122,7 @@ def run_profile(**options) -> Finished:
     """`profile`, returning the whole `Finished` run."""
     stage_filter = _stage_filter(options.pop("stages", None))
     calls = parse.positive(options.pop("calls", 10), "--calls", parse.MAX_COUNT)
-    trace = _trace_dir(_path(options.pop("trace", None)))
+    trace = _trace_dir(options.pop("trace", None))
     nvtx = options.pop("nvtx", False)
     extra = dict(stage_filter=stage_filter, calls=calls, nvtx=nvtx, trace_dir=trace)
     return _timed(_profile_study, options, extra)
@@ -150,7 +151,7 @@ def _timed(study_class, options: dict, extra: dict | None = None) -> Finished:
     remeasure = options.pop("remeasure", False)
     resume = options.pop("resume", False)
     rounds = options.pop("rounds", 1)
-    csv, json, plot = check_outputs(*(_path(options.pop(k, None)) for k in ("csv", "json", "plot")))
+    csv, json, plot = check_outputs(*(options.pop(k, None) for k in ("csv", "json", "plot")))
     places = {k: options.pop(k, None) for k in ("executor", "ray_address", "cpus_per_worker")}
     places["executor"] = places["executor"] or "in-process"
     threads = options.pop("threads", None)
@@ -172,10 +173,13 @@ def _timed(study_class, options: dict, extra: dict | None = None) -> Finished:
 
 
 def finish(study, outcome: Outcome, plot: Path | None) -> Finished:
-    """The rows as a DataFrame, and the study's figure drawn if asked."""
+    """The rows as a DataFrame, as `results.read.read_rows` gives them from the study's CSV
+    (an empty cell is NaN, not an empty text), and the study's figure drawn if asked."""
+    import numpy as np
+
     from attnbench.results.schema import rows_frame
 
-    frame = rows_frame(outcome.rows)
+    frame = rows_frame(outcome.rows).replace("", np.nan)
     if plot is not None:
         from attnbench.views.plots import plot_results
 
@@ -191,6 +195,8 @@ def check_time_options(
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
     seq, backends = parse.sizes_text(seq), parse.list_text(backends)
+    check_backend_names(backends)
+    check_backend_spec(baseline)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse.parse_grids(grid, "--grid") if grid is not None else None
@@ -246,10 +252,6 @@ def time_study(study_class, checked: dict, gpus: bool | None = None, **extra):
     return study
 
 
-def _path(value) -> Path | None:
-    return None if value is None else Path(value)
-
-
 def _stage_filter(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -259,7 +261,7 @@ def _stage_filter(text: str | None) -> list[str] | None:
     return names
 
 
-def _trace_dir(path: Path | None) -> Path | None:
+def _trace_dir(path: str | Path | None) -> Path | None:
     """The trace folder, probed before any work: its parent must exist, as every output's
     folder must (`writable_file`), and a trace file must be creatable there. The folder
     itself may be new (the study makes it when the first trace is written), so a bad
@@ -268,6 +270,7 @@ def _trace_dir(path: Path | None) -> Path | None:
         return None
     from attnbench.api.probes import writable_file
 
+    path = Path(path)
     if path.is_dir():
         writable_file(path / "trace.json", "--trace")
     elif path.exists():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from attnbench.cli import core, options, shared
+from attnbench.cli import core, options
 
 
 @core.app.command()
@@ -31,10 +31,11 @@ def machine(
     json = output_path(json, "--json", (".json",))
     from attnbench.measure.ceilings import cache_path, to_json
     from attnbench.measure.limits import load_or_measure
+    from attnbench.measure.threads import set_threads
     from attnbench.results.formats import atomic_write
     from attnbench.views.ceilings import ceilings_table
 
-    threads = shared.set_threads(threads)
+    threads = set_threads(threads)
     with core.progress_console.status("reading this machine's ceilings") as status:
         ceilings = load_or_measure(
             device, threads, remeasure, on_step=lambda text: status.update(f"measuring {text}")

@@ -91,7 +91,7 @@ class Row:
     device_name: str = ""
     threads: int | None = None
     git_revision: str = ""
-    # where the case ran (`run.placement`): the host, the process ("local/PID",
+    # where the case ran (`run.placement`): the host, the process ("in-process/PID",
     # "isolated/PID", "ray-N/PID"), the physical GPU's UUID or the CPU's model name, and how
     # many of the run's workers were measuring on that host at once, this one included
     node: str = ""

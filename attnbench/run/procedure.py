@@ -93,8 +93,10 @@ def run_study(
 ) -> Outcome:
     """Run `study` end to end (module doc) and return its rows. The study's cases are
     validated before any output is opened, so a case that can never run is one UsageError
-    and no file; `csv`/`json` hold the rows as each case commits, `resume` continues them.
-    `remeasure` measures the ceilings again even when cached."""
+    and no file; then the outputs are locked (another run writing them is one UsageError
+    before minutes spent measuring the machine), and `csv`/`json` hold the rows as each
+    case commits, `resume` continuing them. `remeasure` measures the ceilings again even
+    when cached."""
     from attnbench.measure.env import environment
     from attnbench.measure.threads import set_threads
     from attnbench.results.sink import ResultSink
@@ -104,34 +106,33 @@ def run_study(
     progress = progress or Progress()
     if resume and csv is None and json is None:
         raise UsageError("--resume: give the --csv or --json file of the run to continue")
+    study.validate(study.cases)
     if study.steady:
         from attnbench.measure.allocator import steady_allocator
 
         steady_allocator()
     threads = set_threads(where.threads)
-    device = study.device
-    env = environment(device, threads, study.seed)
-    if study.uses_ceilings:
-        study.ceilings = _ceilings(device, threads, remeasure, progress)
-        if study.ceilings is not None:
-            env["ceilings"] = study.ceilings.as_dict()
+    env = environment(study.device, threads, study.seed)
     sink = ResultSink(env, csv, json, resume=resume)
     if not where.pooled:
         study.report = progress.report
-    pool_threads = where.threads if where.pooled else threads
     total = len(comparison_groups(study, study.cases)) if where.pooled else len(study.cases)
     counted = iter(range(1, total + 1))
-    sweep = run(
-        study,
-        sink,
-        where.executor,
-        pool_threads,
-        lambda case: progress.case(case, next(counted), total),
-        lambda group: progress.group(group, next(counted), total),
-    )
     with sink:
         if resume:
             check_resumable(study.cases, sink)
+        if study.uses_ceilings:  # before the sweep: its measurement reads them
+            study.ceilings = _ceilings(study.device, threads, remeasure, progress)
+            if study.ceilings is not None:
+                env["ceilings"] = study.ceilings.as_dict()  # the sink writes env at its first case
+        sweep = run(
+            study,
+            sink,
+            where.executor,
+            where.threads if where.pooled else threads,
+            lambda case: progress.case(case, next(counted), total),
+            lambda group: progress.group(group, next(counted), total),
+        )
         progress.start(total)
         try:
             rows = [row for case_rows in sweep for row in case_rows]
