@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+import attnbench
 from attnbench.backends import get_backend
-from attnbench.measure.allocator import steady_allocator
-from attnbench.measure.threads import set_threads
-from attnbench.run import runner
-from attnbench.studies.time import TimeStudy
+from attnbench.results.schema import is_missing
 
 
 def main(
@@ -46,31 +43,30 @@ def main(
     specs = [s.strip() for s in backends.split(",")]
     lengths = [128 + 64 * i for i in range(max(1, cases // len(specs)))]
 
-    def spec() -> TimeStudy:
-        return TimeStudy(
-            seqs=lengths, backends=[get_backend(s) for s in specs], heads=heads, dim=dim,
-            repeats=repeats, warmup=warmup, min_time=min_time, rounds=rounds,
-            baseline=get_backend(specs[0]),
+    def sweep(**where) -> tuple[dict, float]:
+        """The time rows of the sweep by (backend, n), and its wall time in seconds, run by
+        `attnbench.time`: the command's own procedure (allocator, threads, ceilings)."""
+        start = time.perf_counter()
+        frame = attnbench.time(
+            seq=lengths, backends=specs, heads=heads, dim=dim, repeats=repeats, warmup=warmup,
+            min_time=min_time, rounds=rounds, baseline=specs[0], threads=1, **where,
         )  # fmt: skip
+        seconds = time.perf_counter() - start
+        rows = frame[frame.metric == "time_ms"]
+        return {(r.backend, r.seq): r for r in rows.itertuples()}, seconds
 
     total = len(lengths) * len(specs)
     console.print(f"{total} cases: {', '.join(specs)} at n = {lengths[0]}..{lengths[-1]}")
-    steady_allocator()  # as `attnbench time` does; the Ray workers apply it themselves
-    set_threads(1)
-    local, local_s = _timed(lambda: runner.run(spec(), threads=1))
+    local, local_s = sweep()
     console.print(f"local executor: {local_s:.1f} s")
 
     import ray
 
-    from attnbench.run.ray_cluster import Cluster
-    from attnbench.run.ray_executor import RayPool
-
     start = time.perf_counter()
     ray.init(num_cpus=workers, include_dashboard=False, logging_level=logging.ERROR)
     console.print(f"Ray cluster of {workers} CPUs started in {time.perf_counter() - start:.1f} s")
-    try:
-        pool = partial(RayPool, cluster=Cluster(ray, None, started=False), cpus_per_worker=1)
-        remote, remote_s = _timed(lambda: runner.run(spec(), executor=pool, threads=1))
+    try:  # the run joins this cluster, and leaves it running
+        remote, remote_s = sweep(executor="ray", cpus_per_worker=1)
     finally:
         ray.shutdown()
     used = min(workers, len(lengths))  # a worker per length at most: a length is a group
@@ -83,14 +79,6 @@ def main(
     console.print(_speedups(local, remote, specs[0], names))
 
 
-def _timed(sweep) -> tuple[dict, float]:
-    """The time rows of a sweep by (backend, n), and its wall time in seconds."""
-    start = time.perf_counter()
-    rows = [row for case_rows in sweep() for row in case_rows]
-    seconds = time.perf_counter() - start
-    return {(r.backend, r.seq): r for r in rows if r.metric == "time_ms"}, seconds
-
-
 def _speedups(local: dict, remote: dict, baseline: str, names: dict) -> Table:
     table = Table(title="speed-up vs " + baseline + " (95% interval)")
     for column in ("backend", "n", "local", "ray", "overlap"):
@@ -98,7 +86,7 @@ def _speedups(local: dict, remote: dict, baseline: str, names: dict) -> Table:
     apart = 0
     for key, here in local.items():
         there = remote.get(key)
-        if there is None or here.speedup_low is None or there.speedup_low is None:
+        if there is None or is_missing(here.speedup_low) or is_missing(there.speedup_low):
             continue
         overlap = here.speedup_low <= there.speedup_high and there.speedup_low <= here.speedup_high
         apart += not overlap

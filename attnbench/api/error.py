@@ -88,7 +88,7 @@ def check_error_options(
     """Every option of the error study checked that needs no torch, in the command's order."""
     tau = check_tau(tau)
     seed = parse.check_seed(seed, trials, mc_seeds)
-    seq, backends = parse.sizes_text(seq), parse.list_text(backends)
+    seq, backends = parse.sizes_text(seq), parse.backends_text(backends)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")
     grids = parse.parse_grids(grid, "--grid") if grid is not None else None

@@ -70,7 +70,7 @@ def run_maps(
     dim = parse.positive(dim, "--dim")
     query = _query(query)
     plot = output_path(None if plot is None else Path(plot), "--plot", PLOT_SUFFIXES)
-    study = maps_study(parse.list_text(backends), inputs, grids[0], dim, query, seed)
+    study = maps_study(parse.backends_text(backends), inputs, grids[0], dim, query, seed)
     outcome = run_study(study, progress=progress)
     finished = Finished(study, outcome, maps_frame(outcome.rows), plot)
     if plot is not None:

@@ -90,7 +90,7 @@ def check_model_options(
         raise UsageError(f"--width: {width} is not a multiple of --heads {heads}")
     return dict(
         seqs=parse.parse_sizes(parse.sizes_text(seq), "--seq"),
-        backends=parse.list_text(backends),
+        backends=parse.backends_text(backends),
         layers=parse.positive(layers, "--layers", parse.MAX_LAYERS),
         width=width,
         hidden=parse.positive(hidden, "--hidden", parse.MAX_MODEL_SIZE),

@@ -286,6 +286,17 @@ def list_text(value) -> str:
     return value if isinstance(value, str) else ",".join(str(item) for item in value)
 
 
+def backends_text(value, option: str = "--backends") -> str:
+    """--backends as a comma list, its names and parameter names checked without torch
+    (`backends.names`): a mistyped name is an error at once, not after torch loads."""
+    from attnbench.backends.names import check_backend_names
+
+    text = list_text(value)
+    if text.strip():
+        check_backend_names(text, option)
+    return text
+
+
 def parse_inputs(kind: str, batch: int, heads: int, dim: int, seqs, grids):
     """The --inputs source, checked against the lengths; a file's own shape replaces batch,
     heads and dim."""

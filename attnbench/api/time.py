@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from attnbench.api import parse
 from attnbench.api.probes import check_outputs
 from attnbench.api.where import cluster_gpus, where
-from attnbench.backends.names import check_backend_names, check_backend_spec
+from attnbench.backends.names import check_backend_spec
 from attnbench.case import MODES
 from attnbench.errors import UsageError
 from attnbench.measure import DEFAULT_MAX_SPREAD, DEFAULT_MIN_TIME_S
@@ -194,8 +194,7 @@ def check_time_options(
     """The options time and profile share, every one checked that needs no torch."""
     if mode not in MODES:
         raise UsageError(f"--mode: unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    seq, backends = parse.sizes_text(seq), parse.list_text(backends)
-    check_backend_names(backends)
+    seq, backends = parse.sizes_text(seq), parse.backends_text(backends)
     check_backend_spec(baseline)
     if seq is not None and grid is not None:
         raise UsageError("--seq and --grid both set the lengths; give one of them")

@@ -136,7 +136,7 @@ def check_train_options(
     if evals > steps:
         raise UsageError(f"--evals {evals} is more than --steps {steps}")
     return dict(
-        backends=parse.list_text(backends), steps=steps, tokens=tokens, lengths=sizes, lr=lr,
+        backends=parse.backends_text(backends), steps=steps, tokens=tokens, lengths=sizes, lr=lr,
         warmup=parse.non_negative(warmup, "--warmup"), evals=evals, seed=parse.check_seed(seed),
         max_seconds=max_seconds, layers=parse.positive(layers, "--layers", parse.MAX_LAYERS),
         width=width, heads=heads, hidden=parse.positive(hidden, "--hidden", parse.MAX_MODEL_SIZE),
