@@ -198,7 +198,7 @@ def test_old_spellings_work_and_say_once_they_are_deprecated(
 )
 def test_old_and_new_spelling_together_are_refused(runs, tmp_path, args):
     line = cli_error(*(w.format(a=runs["a"], out=tmp_path) for w in args))
-    assert "both name" in line
+    assert "is the old name of" in line
     assert list(tmp_path.iterdir()) == []
 
 

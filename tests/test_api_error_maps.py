@@ -188,7 +188,10 @@ def test_maps_names_its_figure_plot_and_out_still_works(tmp_path, flag):
 
 def test_maps_refuses_out_and_plot_together(tmp_path):
     result = invoke("maps", *MAPS_TINY, "--out", tmp_path / "a.png", "--plot", tmp_path / "b.png")
-    assert result.exit_code == 2 and "--out and --plot both name the figure" in result.stderr
+    assert (
+        result.exit_code == 2
+        and "--out is the old name of --plot; give --plot alone" in result.stderr
+    )
     assert list(tmp_path.iterdir()) == []
 
 

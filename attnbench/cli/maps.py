@@ -6,7 +6,6 @@ import typer
 
 from attnbench.api.maps import DEFAULT_BACKENDS
 from attnbench.cli import core, options
-from attnbench.errors import UsageError
 
 
 @core.app.command("maps")
@@ -25,18 +24,14 @@ def maps_cmd(
     ),
     seed: options.Seed = 0,
     plot: Path = typer.Option(Path("maps.png"), help="draw the maps to this PNG/SVG/PDF"),
-    out: Path = typer.Option(None, "--out", "-o", hidden=True, help="deprecated: --plot"),
+    out: options.OldOut = None,
 ) -> None:
     """Attention maps side by side (YOSO Fig. 6, SCRAM Figs. 2-3).
 
     One grid HxW (1xN: a sequence); a model's inputs draw head H (default 0)."""
     from attnbench.api.maps import run_maps
 
-    if out is not None:
-        options.deprecated("--out", "--plot")
-        if ctx.get_parameter_source("plot").name != "DEFAULT":  # typer bundles its own click
-            raise UsageError("--out and --plot both name the figure; give --plot")
-        plot = out
+    plot = options.renamed(ctx, "--out", out, "--plot", plot)
     finished = run_maps(
         backends=backends, inputs=inputs, grid=grid, dim=dim, query=query, scale=scale,
         colour=colour, seed=seed, plot=plot, progress=core.progress_bar(),

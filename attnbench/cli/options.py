@@ -90,13 +90,28 @@ Csv = Annotated[
 ]
 Json = Annotated[Path | None, typer.Option(help="write rows and environment to this JSON file")]
 Plot = Annotated[Path | None, typer.Option(help="draw the study's figure to this PNG/SVG/PDF")]
-Out = Annotated[Path | None, typer.Option("--out", "-o", help="figure path (PNG/SVG/PDF)")]
+OldOut = Annotated[Path | None, typer.Option("--out", "-o", hidden=True, help="deprecated: --plot")]
 
 
 def deprecated(old: str, new: str) -> None:
     """One line on stderr: `old` still works in this release and goes in the next; `new`
     says the same."""
     typer.echo(f"attnbench: {old} is deprecated and goes in the next release; use {new}", err=True)
+
+
+def renamed(ctx: typer.Context, old: str, given, new: str, value):
+    """The value of option `new`, or what its deprecated name `old` gave (said once); both
+    given is one error line. Options are named with their dashes: "--out", "--plot"."""
+    if given is None:
+        return value
+    name = new.lstrip("-").replace("-", "_")
+    # typer bundles its own click: compare the source by its name, not click's enum
+    if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT":
+        from attnbench.errors import UsageError
+
+        raise UsageError(f"{old} is the old name of {new}; give {new} alone")
+    deprecated(old, new)
+    return given
 
 
 def executor_name(executor: str, isolate: bool) -> str:

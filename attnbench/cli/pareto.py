@@ -5,12 +5,12 @@ from pathlib import Path
 import typer
 
 from attnbench.cli import core, options, shared
-from attnbench.cli.plot import OldOut, figure_option
 from attnbench.errors import UsageError
 
 
 @core.app.command("pareto")
 def pareto_cmd(
+    ctx: typer.Context,
     time_file: Path = typer.Argument(..., help="a CSV or JSON written by time"),
     error_file: Path = typer.Argument(..., help="a CSV or JSON written by error"),
     n: int | None = typer.Option(
@@ -21,7 +21,7 @@ def pareto_cmd(
     ),
     plot: options.Plot = None,
     seq: int | None = typer.Option(None, "--seq", hidden=True, help="deprecated: --n"),
-    out: OldOut = None,
+    out: options.OldOut = None,
 ) -> None:
     """Quality vs cost: each backend's error against its runtime at one n, Pareto front marked.
 
@@ -31,12 +31,8 @@ def pareto_cmd(
     from attnbench.views.labels import backend_label
     from attnbench.views.pareto import pareto_points, plot_pareto, render_table, unmatched
 
-    if seq is not None:
-        if n is not None:
-            raise UsageError("--n and --seq both name the length compared; give --n alone")
-        options.deprecated("--seq", "--n")
-        n = seq
-    plot = figure_option(plot, out)
+    n = options.renamed(ctx, "--seq", seq, "--n", n)
+    plot = options.renamed(ctx, "--out", out, "--plot", plot)
     for path in (time_file, error_file):
         if not path.is_file():
             raise UsageError(f"{path}: no such file")

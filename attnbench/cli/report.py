@@ -13,6 +13,7 @@ DEFAULT_RESULTS = Path("plots")
 
 @core.app.command("report")
 def report_cmd(
+    ctx: typer.Context,
     results: Path | None = typer.Option(
         None, "--results", help=f"folder of result CSVs (default: {DEFAULT_RESULTS})"
     ),
@@ -22,11 +23,7 @@ def report_cmd(
     """Write Markdown tables of the result CSVs (yoso.md, scram.md, field.md) for the docs."""
     from attnbench.views.report import REPORTS, report_for, write_reports
 
-    if plots is not None:
-        if results is not None:
-            raise UsageError("--results and --plots both name the folder read; give --results")
-        options.deprecated("--plots", "--results")
-        results = plots
+    results = options.renamed(ctx, "--plots", plots, "--results", results)
     results = results or DEFAULT_RESULTS
     if not results.is_dir():
         raise UsageError(f"{results}: no such folder")

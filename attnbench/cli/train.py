@@ -12,7 +12,6 @@ import typer
 
 from attnbench.api.train import DEFAULT_BACKENDS, DEFAULT_LENGTHS, TrainingProgress
 from attnbench.cli import core, options
-from attnbench.errors import UsageError
 
 LOG_EVERY = 100  # steps between progress lines when stderr is a log, not a terminal
 
@@ -60,8 +59,8 @@ def train(
     of the documentation), on the CPU, one backend after another on the same data, seed
     and schedule. The log holds every finished backend's steps and is rewritten whole as
     each backend ends, so an interrupted run keeps the backends it finished."""
-    checkpoint = _renamed(ctx, "out", out, "checkpoint", checkpoint)
-    csv = _renamed(ctx, "log", log, "csv", csv)
+    checkpoint = options.renamed(ctx, "--out", out, "--checkpoint", checkpoint)
+    csv = options.renamed(ctx, "--log", log, "--csv", csv)
     from attnbench.api.train import run_train
 
     finished = run_train(
@@ -71,16 +70,6 @@ def train(
         plot=plot, progress=TrainingBar(), command="attnbench " + " ".join(sys.argv[1:]),
     )  # fmt: skip
     core.report_finished(finished)
-
-
-def _renamed(ctx: typer.Context, old: str, given, new: str, value):
-    """`value` of --NEW, or what its old name --OLD gave (said once to be deprecated)."""
-    if given is None:
-        return value
-    options.deprecated(f"--{old}", f"--{new}")
-    if getattr(ctx.get_parameter_source(new), "name", "DEFAULT") != "DEFAULT":
-        raise UsageError(f"--{old} is the old name of --{new}; give --{new} alone")
-    return given
 
 
 class TrainingBar(TrainingProgress):
