@@ -25,7 +25,7 @@ ERROR = [
     "error", "--hashes", "8", "--trials", "1", "--mc-seeds", "1",
     "--heads", "1", "--dim", "4", "--inputs", "random", "--csv", "r.csv",
 ]  # fmt: skip
-MAPS = ["maps", "--grid", "4x4", "--backends", "softmax", "--dim", "4", "-o", "m.png"]
+MAPS = ["maps", "--grid", "4x4", "--backends", "softmax", "--dim", "4", "--plot", "m.png"]
 CAMERA = ("--inputs", "image:camera")
 BLOBS = ("--inputs", "blobs")
 BIG_D = ("--dim", "1024")

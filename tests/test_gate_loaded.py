@@ -56,7 +56,8 @@ def test_a_planted_2x_slowdown_never_passes_under_load(tmp_path, loaded_host):
             cli.app,
             [
                 "time", "--seq", "16", "--backends", "softmax", "--heads", "1",
-                "--dim", "8", "--repeats", "10", "--warmup", "1", "--seed", str(run),
+                "--dim", "8", "--repeats", "10", "--min-time", "0", "--warmup", "1",
+                "--seed", str(run),
                 "--csv", str(a),
             ],
         )  # fmt: skip

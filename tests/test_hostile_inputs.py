@@ -479,7 +479,7 @@ def test_profile_trace_needs_an_existing_parent(workdir, trace):
 
 
 def test_profile_trace_may_be_a_new_folder_in_an_existing_one(workdir):
-    from attnbench.cli.profile import _trace_dir
+    from attnbench.api.time import _trace_dir
 
     assert _trace_dir(workdir / "traces") == workdir / "traces"
     assert not (workdir / "traces").exists()  # the study makes it with its first trace

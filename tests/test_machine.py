@@ -37,6 +37,7 @@ def tiny(monkeypatch, tmp_path):
     monkeypatch.setattr(limits, "SCALE", 1 / 512)
     monkeypatch.setattr(limits, "snapshot", lambda device: QUIET)
     monkeypatch.setattr(limits, "busy_now", lambda: None)
+    monkeypatch.setattr(limits, "host_cpu", lambda: None)  # nor what other processes use
     monkeypatch.setattr(limits, "sweep_points", lambda *args: [])  # levels as sysfs says
     threads = torch.get_num_threads()
     yield tmp_path / "cache"

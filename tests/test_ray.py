@@ -1,5 +1,5 @@
-"""Sweeps through `--executor ray` on real Ray clusters: a local one the test session starts
-once (two CPUs, two workers of one CPU each) and a simulated two-node one.
+"""Sweeps through `--executor ray` on real Ray clusters: a local one the module starts once
+(two CPUs, two workers of one CPU each) and a simulated two-node one.
 
 What is asserted: the rows of a Ray run and of a local run agree in every column that is
 not a timing or a placement; a comparison group never spans two workers; a worker killed
@@ -48,9 +48,10 @@ ERROR = ["error", "--seq", "64,128", "--heads", "1", "--dim", "8", "--backends",
 RAY = ["--executor", "ray", "--cpus-per-worker", "1"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster(ceilings_cache):
-    """One local Ray cluster for the session (its workers share the test's ceilings cache)."""
+    """One local Ray cluster for the module (its workers share the session's ceilings
+    cache), gone once its tests are done."""
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     yield
     ray.shutdown()

@@ -80,8 +80,20 @@ SMALL = {
     "--seq": "16,32", "--grid": "8x8", "--hashes": "8", "--repeats": "2", "--warmup": "0",
     "--min-time": "0", "--trials": "1", "--mc-seeds": "1", "--steps": "1", "--max-batch": "1",
     "--threads": "1", "--heads": "1", "--layers": "1", "--evals": "1", "--lengths": "256",
-    "--tokens": "256",
+    "--tokens": "256", "--width": "16", "--hidden": "32",
 }  # fmt: skip
+# Options a command gets at a small value where its line leaves them at their defaults,
+# which are sized for real runs (timed samples of 0.2 s, a model 4 layers deep).
+ADDED = {
+    "time": {"--repeats": "2", "--warmup": "0", "--min-time": "0"},
+    "profile": {"--repeats": "2", "--warmup": "0", "--min-time": "0"},
+    "train": {"--layers": "1", "--width": "16", "--heads": "1", "--hidden": "32"},
+    "model": {"--layers": "1", "--width": "16", "--heads": "1", "--hidden": "32"},
+}
+# Per command, values other than SMALL's: a model case builds, trains and frees a whole
+# encoder, so one length shows the command runs.
+SMALL_FOR = {"model": {"--seq": "16"}}
+HELD_OUT_BYTES = 2048  # `train` scores its models on this much of the held-out text
 
 
 def small(words: list[str]) -> list[str]:
@@ -91,18 +103,20 @@ def small(words: list[str]) -> list[str]:
     words = words[1:]  # without "attnbench"
     if words[0] == "run":
         words = profile_argv(ROOT / words[1]) + words[2:]
+    values = SMALL | SMALL_FOR.get(words[0], {})
     out = []
     it = iter(words)
     for word in it:
         name, eq, value = word.partition("=")
-        if name in SMALL and name.startswith("--"):
-            out += [name, SMALL[name]]
+        if name in values and name.startswith("--"):
+            out += [name, values[name]]
             if not eq:
                 next(it)
         else:
             out.append(word)
-    if out[0] in ("time", "profile") and "--repeats" not in out:
-        out += ["--repeats", "2", "--warmup", "0", "--min-time", "0"]
+    for name, value in ADDED.get(out[0], {}).items():
+        if name not in out:
+            out += [name, value]
     return out
 
 
@@ -160,6 +174,11 @@ def test_every_readme_command_runs_at_a_small_size(readme_folder, monkeypatch, w
     monkeypatch.chdir(readme_folder)
     runner = CliRunner()
     argv = small(words)
+    if argv[0] == "train":
+        from attnbench.nn import corpus
+
+        held_out = corpus.held_out_bytes()[:HELD_OUT_BYTES]
+        monkeypatch.setattr(corpus, "held_out_bytes", lambda: held_out)
     if "cuda" in argv and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     if any("model:" in w for w in argv) and not _models_installed():
